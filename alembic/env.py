@@ -1,0 +1,92 @@
+"""Alembic environment for cortex: async engine, advisory lock, one transaction per migration.
+
+The URL comes from ``-x url=...``, the ``sqlalchemy.url`` option (set by
+``cortex db``), or ``CORTEX_DATABASE_URL``, in that order.
+
+Two deploy jobs upgrading at once are serialised by a session-level advisory
+lock taken before Alembic reads the current revision: the second waits, then
+finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from logging.config import fileConfig
+
+import sqlalchemy as sa
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from cortex._db import make_engine, normalise_url
+from cortex._tables import metadata
+from cortex.migrate import MIGRATION_LOCK_KEY
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logging", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def _url() -> str:
+    url = (
+        context.get_x_argument(as_dictionary=True).get("url")
+        or config.get_main_option("sqlalchemy.url")
+        or os.environ.get("CORTEX_DATABASE_URL")
+    )
+    if not url:
+        raise SystemExit("no database URL: pass -x url=..., or set CORTEX_DATABASE_URL")
+    return url
+
+
+def run_migrations_offline() -> None:
+    """Emit SQL for review instead of running it (``cortex db sql``)."""
+    context.configure(
+        url=normalise_url(_url()).render_as_string(hide_password=False),
+        target_metadata=metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+        transaction_per_migration=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _do_run_migrations(connection: Connection) -> None:
+    connection.execute(sa.select(sa.func.pg_advisory_lock(MIGRATION_LOCK_KEY)))
+    connection.commit()
+    try:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            # Each revision commits on its own, so the batched backfill can
+            # commit its batches and a failure keeps the revisions before it.
+            transaction_per_migration=True,
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        if connection.in_transaction():
+            connection.rollback()
+        connection.execute(sa.select(sa.func.pg_advisory_unlock(MIGRATION_LOCK_KEY)))
+        connection.commit()
+
+
+async def run_migrations_online() -> None:
+    """Run the migrations on an async engine (asyncpg)."""
+    connectable = config.attributes.get("connection")
+    if connectable is not None:
+        _do_run_migrations(connectable)
+        return
+    engine = make_engine(_url(), poolclass=sa.pool.NullPool)
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_do_run_migrations)
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    asyncio.run(run_migrations_online())

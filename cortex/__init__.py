@@ -1,0 +1,62 @@
+"""cortex: an async, multi-tenant, scoped session store for AI-agent backends.
+
+Everything here is the public contract (docs: shared design contract). Import
+from ``cortex`` only; modules whose names start with ``_`` are private.
+"""
+
+from cortex.errors import (
+    AlreadyAborted,
+    Conflict,
+    CortexError,
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidInput,
+    InvalidScope,
+    NotFound,
+    OperationTimeout,
+    SchemaMismatch,
+    ScopeMissing,
+    ScopeViolation,
+    SessionAborted,
+)
+from cortex.models import (
+    FunctionResponse,
+    ListFilter,
+    Message,
+    NewMessage,
+    RequestedInput,
+    Session,
+    SessionState,
+)
+from cortex.scope import Scope, current_scope, use_scope
+from cortex.store import Store, connect
+
+__all__ = [
+    "AlreadyAborted",
+    "Conflict",
+    "CortexError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "FunctionResponse",
+    "InvalidInput",
+    "InvalidScope",
+    "ListFilter",
+    "Message",
+    "NewMessage",
+    "NotFound",
+    "OperationTimeout",
+    "RequestedInput",
+    "SchemaMismatch",
+    "Scope",
+    "ScopeMissing",
+    "ScopeViolation",
+    "Session",
+    "SessionAborted",
+    "SessionState",
+    "Store",
+    "connect",
+    "current_scope",
+    "use_scope",
+]
+
+__version__ = "0.1.0"

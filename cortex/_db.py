@@ -1,0 +1,168 @@
+"""Engine, URL normalisation, the transaction helper and the schema-revision check.
+
+:func:`run_transaction` is the only way the store touches the database: one
+transaction per call, the tenant bound for row-level security with a
+transaction-local ``set_config``, rollback unless the body returns, bounded
+retries of serialization failures and deadlocks, and every driver error
+translated to a :class:`~cortex.errors.CortexError`. The functions it runs
+never commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import anyio
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from cortex._tables import TENANT_SETTING
+from cortex.errors import (
+    RETRYABLE_SQLSTATES,
+    DatabaseError,
+    InvalidInput,
+    SchemaMismatch,
+    sqlstate_of,
+    translate_errors,
+)
+from cortex.scope import Scope
+
+__all__ = ["SCHEMA_REVISION", "check_schema", "make_engine", "normalise_url", "run_transaction"]
+
+log = logging.getLogger("cortex")
+
+# The Alembic revision this code reads and writes. A test keeps it equal to the
+# head of alembic/versions.
+SCHEMA_REVISION: Final = "20260901000005"
+
+# Serialization failures and deadlocks are retried this many times in all; the
+# backoff doubles from 5 ms so that two colliding transactions fall apart.
+MAX_ATTEMPTS: Final = 5
+_BACKOFF_SECONDS: Final = 0.005
+
+T = TypeVar("T")
+
+_BIND_TENANT: Final = sa.text(f"SELECT set_config('{TENANT_SETTING}', :tenant, true)")
+
+
+class RetryTransaction(Exception):  # noqa: N818  (a signal, not an error)
+    """Raised by a transaction body to be run again from the start on a new snapshot."""
+
+
+def normalise_url(url: str | URL) -> URL:
+    """Accept ``postgresql://``, ``postgres://`` or ``postgresql+asyncpg://``; return the asyncpg form.
+
+    Raises:
+        InvalidInput: for any other driver or an unparsable URL.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InvalidInput("database URL: cannot parse it") from None
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+asyncpg"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise InvalidInput(
+        f"database URL: expected postgresql:// or postgresql+asyncpg://, got {parsed.drivername}://"
+    )
+
+
+def make_engine(url: str | URL, **pool_options: Any) -> AsyncEngine:
+    """An async engine on asyncpg; ``pool_options`` go to ``create_async_engine``."""
+    return create_async_engine(normalise_url(url), **pool_options)
+
+
+async def check_schema(engine: AsyncEngine) -> None:
+    """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
+
+    Raises:
+        SchemaMismatch: naming the revision found and the command that fixes it.
+        DatabaseUnavailable: if the database cannot be reached.
+    """
+    with translate_errors():
+        async with engine.connect() as conn:
+            exists = await conn.scalar(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL"))
+            found = (
+                (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalars().all()
+                if exists
+                else []
+            )
+    if list(found) != [SCHEMA_REVISION]:
+        have = ", ".join(found) or "no cortex schema"
+        raise SchemaMismatch(
+            f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
+        )
+
+
+async def run_transaction(
+    engine: AsyncEngine,
+    scope: Scope,
+    body: Callable[[AsyncConnection], Awaitable[T]],
+) -> T:
+    """Run ``body`` in one transaction bound to ``scope``'s tenant; commit if it returns.
+
+    Concurrency: a serialization failure or deadlock rolls back and runs the
+    whole body again (at most :data:`MAX_ATTEMPTS` times), so ``body`` must
+    have no side effects outside the database. Cancellation of the caller
+    rolls back; cleanup and COMMIT are shielded from it, so a cancelled call
+    either committed completely or wrote nothing, and the pooled connection
+    is returned clean or discarded, never poisoned.
+
+    Raises:
+        CortexError: every database-layer failure, translated, cause chained.
+    """
+    delay = _BACKOFF_SECONDS
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            with translate_errors():
+                return await _attempt(engine, scope, body)
+        except DatabaseError as exc:
+            if sqlstate_of(exc.__cause__) not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
+                raise
+        except RetryTransaction:
+            if attempt == MAX_ATTEMPTS:
+                raise DatabaseError(
+                    f"gave up after {MAX_ATTEMPTS} attempts: the transaction kept colliding"
+                ) from None
+        log.debug("retrying transaction (attempt %d)", attempt)
+        await anyio.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _attempt(
+    engine: AsyncEngine,
+    scope: Scope,
+    body: Callable[[AsyncConnection], Awaitable[T]],
+) -> T:
+    conn = await engine.connect()
+    try:
+        await conn.begin()
+        # Row-level security reads this; it lives until COMMIT/ROLLBACK only,
+        # so a pooled connection never carries a tenant into its next checkout.
+        await conn.execute(_BIND_TENANT, {"tenant": scope.tenant})
+        result = await body(conn)
+        with anyio.CancelScope(shield=True):
+            await conn.commit()
+        return result
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _discard_transaction(conn)
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()
+
+
+async def _discard_transaction(conn: AsyncConnection) -> None:
+    """Roll back; if the connection cannot even do that, drop it from the pool."""
+    try:
+        await conn.rollback()
+    except (DBAPIError, OSError):
+        await conn.invalidate()
+    except Exception:  # the driver may raise its own errors mid-cancel
+        log.debug("rollback failed; invalidating the connection", exc_info=True)
+        await conn.invalidate()

@@ -1,0 +1,195 @@
+"""The schema as SQLAlchemy Core tables: columns, constraints, indexes, ownership.
+
+Alembic is the schema's only author; this metadata mirrors the migrations so
+that ``alembic check`` can prove there is no drift, and so the store can build
+statements. Nothing here ever runs ``create_all``.
+
+Citus-readiness: ``tenant_id`` (the first scope segment) leads every primary
+key, unique index and foreign key, so both tables can be distributed by tenant
+and co-located without a rewrite.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+__all__ = ["TENANT_SETTING", "messages", "metadata", "sessions"]
+
+# The transaction-local setting the row-level security policies compare
+# tenant_id with. Set with set_config(..., true) at the start of every
+# transaction; unset (NULL or '') matches no row, so a forgotten binding
+# fails closed.
+TENANT_SETTING: Final = "cortex.tenant"
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# "C" collation: byte order, so the subtree range predicate on scope
+# (scope >= 'p/' AND scope < 'p0') is a true prefix range and a plain btree serves it.
+_C = "C"
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    # cortex-owned: the first scope segment; leads every key (RLS and Citus distribution).
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    # cortex-owned: UUIDv7 behind the public "ses_" TypeID; unique per tenant.
+    sa.Column("id", UUID(as_uuid=True), nullable=False),
+    # host-owned: opaque agent id, written once at creation.
+    sa.Column("agent_id", sa.Text(collation=_C), nullable=False),
+    # cortex-owned: the exact scope path at creation; never updated.
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    # cortex-owned: number of segments in scope; derived once at creation.
+    sa.Column("scope_depth", sa.SmallInteger(), nullable=False),
+    # cortex-owned: the first two segments when scope_depth >= 2, else NULL;
+    # keys the per-depth subtree index (see docs/query-plans.md).
+    sa.Column("scope_l2", sa.Text(collation=_C), nullable=True),
+    # host-owned: stored verbatim; written by create_session and update_session only.
+    sa.Column("title", sa.Text(), nullable=False, server_default=""),
+    # host-owned: JSON object stored verbatim, never parsed by cortex.
+    sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # cortex/host: at most one true per (tenant_id, agent_id, scope), enforced by
+    # uq_sessions_default; flipped only by set_default_session under an advisory lock.
+    sa.Column("is_default", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # cortex-owned: written only in the transaction that inserts the messages it
+    # counts, so no reader ever sees a count that disagrees with the rows.
+    sa.Column("message_count", sa.Integer(), nullable=False, server_default="0"),
+    # cortex-owned: bounded preview of the newest message, written with message_count.
+    sa.Column("last_message", sa.Text(), nullable=False, server_default=""),
+    # cortex-owned: set once by the backfill migration to its revision id; '' otherwise.
+    sa.Column("backfilled_by", sa.Text(), nullable=False, server_default=""),
+    # cortex-owned.
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    # cortex-owned: moves on update_session and on every append.
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
+    sa.CheckConstraint("message_count >= 0", name="message_count"),
+    # The tenant is the scope's first segment, always; RLS and the keys rely on it.
+    sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+)
+
+# Listing indexes. Every listing orders by (updated_at DESC, id DESC) and each
+# index ends with those columns in that direction, so a page is an ordered
+# index scan that stops after `limit` rows, whatever the subtree's size.
+# - whole tenant (depth-1 subtree), without and with an agent filter;
+# - exact scope, and the subtree fallback for depth >= 3 (a range on scope);
+# - depth-2 subtree (scope_l2), the large-subtree case below a tenant.
+_ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
+sa.Index("ix_sessions_tenant_recent", sessions.c.tenant_id, *_ORDER)
+sa.Index("ix_sessions_agent_recent", sessions.c.tenant_id, sessions.c.agent_id, *_ORDER)
+sa.Index("ix_sessions_scope_recent", sessions.c.tenant_id, sessions.c.scope, *_ORDER)
+sa.Index(
+    "ix_sessions_agent_scope_recent",
+    sessions.c.tenant_id,
+    sessions.c.agent_id,
+    sessions.c.scope,
+    *_ORDER,
+)
+sa.Index(
+    "ix_sessions_l2_recent",
+    sessions.c.tenant_id,
+    sessions.c.scope_l2,
+    *_ORDER,
+    postgresql_where=sessions.c.scope_depth >= 2,
+)
+sa.Index(
+    "ix_sessions_agent_l2_recent",
+    sessions.c.tenant_id,
+    sessions.c.agent_id,
+    sessions.c.scope_l2,
+    *_ORDER,
+    postgresql_where=sessions.c.scope_depth >= 2,
+)
+# At most one default per (agent, exact scope): the database, not the code, enforces it.
+sa.Index(
+    "uq_sessions_default",
+    sessions.c.tenant_id,
+    sessions.c.agent_id,
+    sessions.c.scope,
+    unique=True,
+    postgresql_where=sessions.c.is_default,
+)
+# Substring search (ILIKE '%term%') on title and on the preview: trigram GIN.
+sa.Index(
+    "ix_sessions_title_trgm",
+    sessions.c.title,
+    postgresql_using="gin",
+    postgresql_ops={"title": "gin_trgm_ops"},
+)
+sa.Index(
+    "ix_sessions_last_message_trgm",
+    sessions.c.last_message,
+    postgresql_using="gin",
+    postgresql_ops={"last_message": "gin_trgm_ops"},
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    # cortex-owned: tenant of the session (legacy rows: first segment of scope).
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    # cortex-owned: UUIDv7 behind the public "msg_" TypeID (legacy rows keep theirs).
+    sa.Column("id", UUID(as_uuid=True), nullable=False),
+    # cortex-owned: the session; NULL only on legacy rows the backfill has not reached.
+    sa.Column("session_id", UUID(as_uuid=True), nullable=True),
+    # cortex-owned: 1-based position in the session, assigned under the session's
+    # row lock in the same statement that raises message_count, so it is gap-free.
+    sa.Column("seq", sa.Integer(), nullable=True),
+    # host-owned: user | assistant | system | tool (legacy rows may hold others).
+    sa.Column("role", sa.Text(), nullable=False),
+    # host-owned: stored verbatim.
+    sa.Column("content", sa.Text(), nullable=False),
+    # host-owned: stored verbatim.
+    sa.Column("author", sa.Text(), nullable=False, server_default=""),
+    # host-owned: a RequestedInput as JSON, or NULL.
+    sa.Column("requested_input", JSONB(), nullable=True),
+    # host-owned: a FunctionResponse as JSON, or NULL.
+    sa.Column("function_response", JSONB(), nullable=True),
+    # host-owned: JSON object stored verbatim.
+    sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # cortex-owned: the append's timestamp (equal to the session's new updated_at).
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    # legacy-owned: the pre-sessions conversation key. Set only on rows written
+    # before sessions existed, NULL on every row cortex writes; the backfill and
+    # its downgrade find their rows by it.
+    sa.Column("agent_id", sa.Text(), nullable=True),
+    sa.Column("scope", sa.Text(), nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.id"],
+        ondelete="CASCADE",
+    ),
+    sa.CheckConstraint(
+        "(session_id IS NULL) = (seq IS NULL)", name="session_seq"
+    ),
+)
+# Reading a session's messages by position, and gap-free seq per session.
+sa.Index(
+    "uq_messages_session_seq",
+    messages.c.tenant_id,
+    messages.c.session_id,
+    messages.c.seq,
+    unique=True,
+)
+# The backfill's work list: legacy rows not yet in a session, by conversation.
+# Empty once the backfill has run.
+sa.Index(
+    "ix_messages_unsessioned",
+    messages.c.tenant_id,
+    messages.c.agent_id,
+    messages.c.scope,
+    messages.c.created_at,
+    postgresql_where=messages.c.session_id.is_(None),
+)

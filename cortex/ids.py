@@ -1,0 +1,53 @@
+"""TypeIDs: ``ses_…`` and ``msg_…`` identifiers over UUIDv7.
+
+The database stores the bare ``uuid``; the prefix is a property of the column,
+added on the way out and checked on the way in. UUIDv7 keeps ids k-sortable,
+so new rows land at the right edge of every id index.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+import uuid_utils
+from typeid import TypeID
+from typeid.errors import TypeIDException
+
+from cortex.errors import InvalidInput
+
+__all__ = ["MESSAGE_PREFIX", "SESSION_PREFIX", "format_id", "new_uuid", "parse_id"]
+
+SESSION_PREFIX: Final = "ses"
+MESSAGE_PREFIX: Final = "msg"
+# A TypeID suffix is 26 characters; the prefix, "_" and suffix stay short, so
+# anything longer is refused before the parser sees it.
+_MAX_ID_LENGTH: Final = 64
+
+
+def new_uuid() -> uuid.UUID:
+    """A fresh UUIDv7 as a standard-library ``uuid.UUID``."""
+    return uuid.UUID(bytes=uuid_utils.uuid7().bytes)
+
+
+def format_id(prefix: str, value: uuid.UUID) -> str:
+    """Render a stored uuid as its public TypeID string."""
+    return str(TypeID.from_uuid(suffix=uuid_utils.UUID(bytes=value.bytes), prefix=prefix))
+
+
+def parse_id(prefix: str, text: object, *, field: str = "id") -> uuid.UUID:
+    """Parse ``ses_…``/``msg_…`` text to the uuid stored in the database.
+
+    Raises:
+        InvalidInput: if ``text`` is not a well-formed TypeID with ``prefix``.
+    """
+    if not isinstance(text, str) or len(text) > _MAX_ID_LENGTH:
+        raise InvalidInput(f"{field}: expected a {prefix}_… id")
+    try:
+        parsed = TypeID.from_string(text)
+    except TypeIDException:
+        raise InvalidInput(f"{field}: malformed id {text[:_MAX_ID_LENGTH]!r}") from None
+    if parsed.prefix != prefix:
+        raise InvalidInput(f"{field}: expected a {prefix}_… id, got {text!r}")
+    return uuid.UUID(bytes=parsed.uuid.bytes)
+

@@ -1,0 +1,317 @@
+"""``connect()`` and :class:`Store`: the public façade, one transaction per method.
+
+Each method validates its arguments (refusing bad input before any SQL runs),
+reads the scope from the context, and runs one function of
+``cortex._sessions``/``cortex._messages`` inside
+:func:`cortex._db.run_transaction`. The store holds only the engine, so one
+instance is safe to share across concurrent tasks: each call checks out its
+own connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from cortex import _messages, _sessions
+from cortex._db import check_schema, make_engine, run_transaction
+from cortex.errors import InvalidInput, NotFound
+from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
+from cortex.models import (
+    DEFAULT_MESSAGE_LIMIT,
+    MAX_APPEND_BATCH,
+    MAX_MESSAGE_LIMIT,
+    MAX_TITLE_LENGTH,
+    ListFilter,
+    Message,
+    NewMessage,
+    Session,
+    check_identifier,
+    check_json,
+    check_text,
+)
+from cortex.scope import Scope, current_scope
+
+__all__ = ["Store", "connect"]
+
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
+    """Open a store on ``url`` and close its engine on exit.
+
+    ``url`` is ``postgresql://…`` or ``postgresql+asyncpg://…``;
+    ``pool_options`` go to SQLAlchemy's ``create_async_engine`` (``pool_size``,
+    ``pool_timeout``, ``pool_pre_ping``, ``pool_recycle``, ``connect_args``...).
+
+    Raises:
+        SchemaMismatch: the database is not at this code's schema revision.
+        DatabaseUnavailable: the database cannot be reached.
+        InvalidInput: the URL names another driver.
+    """
+    engine = make_engine(url, **pool_options)
+    try:
+        await check_schema(engine)
+        yield Store(engine)
+    finally:
+        await engine.dispose()
+
+
+def _session_id(value: object) -> Any:
+    return parse_id(SESSION_PREFIX, value, field="session_id")
+
+
+def _filter(flt: ListFilter | None) -> ListFilter:
+    if flt is None:
+        return ListFilter()
+    if not isinstance(flt, ListFilter):
+        raise InvalidInput(f"filter: expected a ListFilter, got {type(flt).__name__}")
+    return flt
+
+
+def _copy_filter(flt: ListFilter) -> ListFilter:
+    """Re-validate, in case the caller built the filter with model_construct."""
+    return ListFilter(**flt.model_dump())
+
+
+class Store:
+    """The session store. Every method acts inside ``current_scope()``.
+
+    Visibility: a session is visible when its scope is the current scope or
+    beneath it. Nothing outside is ever read, written or hinted at.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The underlying SQLAlchemy engine (for health checks and tests)."""
+        return self._engine
+
+    async def _run(self, scope: Scope, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        return await run_transaction(self._engine, scope, body)
+
+    # --- sessions -------------------------------------------------------------
+
+    async def create_session(
+        self,
+        agent_id: str,
+        *,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+        is_default: bool = False,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session at exactly the current scope.
+
+        Args:
+            agent_id: opaque agent id, 1-128 printable characters, no whitespace.
+            title: up to 1,000 characters.
+            metadata: a JSON object of at most 64 KiB, stored verbatim.
+            is_default: make it the default of (agent, scope); refused if one exists.
+            session_id: a caller-chosen ``ses_…`` id, for idempotent retries.
+
+        Raises:
+            InvalidInput: a limit is broken; nothing is written.
+            Conflict: the id is taken in this tenant, or a default already exists.
+        """
+        scope = current_scope()
+        check_identifier(agent_id, "agent_id")
+        check_text(title, "title", MAX_TITLE_LENGTH)
+        meta = {} if metadata is None else metadata
+        if not isinstance(meta, dict):
+            raise InvalidInput("metadata: expected a JSON object")
+        metadata_json = check_json(meta, "metadata")
+        sid = new_uuid() if session_id is None else _session_id(session_id)
+        return await self._run(
+            scope,
+            lambda conn: _sessions.insert_session(
+                conn,
+                scope,
+                session_id=sid,
+                agent_id=agent_id,
+                title=title,
+                metadata_json=metadata_json,
+                is_default=bool(is_default),
+            ),
+        )
+
+    async def get_session(self, session_id: str) -> Session:
+        """The session, if visible from the current scope.
+
+        Raises:
+            NotFound: missing, or outside the current scope.
+            InvalidInput: a malformed id.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        return await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
+
+    async def update_session(self, session: Session) -> Session:
+        """Write ``session.title`` and ``session.metadata``; every other field is ignored.
+
+        Counters, scope, ``is_default`` and ``backfilled_by`` cannot change
+        through this call. ``updated_at`` moves.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: a limit is broken; nothing is written.
+        """
+        if not isinstance(session, Session):
+            raise InvalidInput(f"session: expected a Session, got {type(session).__name__}")
+        scope, sid = current_scope(), _session_id(session.id)
+        title = check_text(session.title, "title", MAX_TITLE_LENGTH)
+        if not isinstance(session.metadata, dict):
+            raise InvalidInput("metadata: expected a JSON object")
+        metadata_json = check_json(session.metadata, "metadata")
+        return await self._run(
+            scope,
+            lambda conn: _sessions.update_session(
+                conn, scope, sid, title=title, metadata_json=metadata_json
+            )
+        )
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a visible session with its messages.
+
+        Raises:
+            NotFound: the session is not visible.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        await self._run(scope, lambda conn: _sessions.delete_session(conn, scope, sid))
+
+    async def list_sessions(self, filter: ListFilter | None = None) -> list[Session]:  # noqa: A002
+        """One page of visible sessions, newest activity first (then id).
+
+        Raises:
+            InvalidInput: the filter breaks a limit.
+        """
+        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        return await self._run(
+            scope,
+            lambda conn: _sessions.select_page(
+                conn, scope, flt, limit=flt.page_size, offset=flt.offset
+            )
+        )
+
+    async def count_sessions(self, filter: ListFilter | None = None) -> int:  # noqa: A002
+        """How many sessions ``list_sessions`` would return without limit and offset."""
+        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        return await self._run(scope, lambda conn: _sessions.count_sessions(conn, scope, flt))
+
+    async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:  # noqa: A002
+        """Every matching session in list order, fetched page by page.
+
+        Pages follow a keyset cursor on (updated_at, id), so each page costs
+        the same however deep the iteration goes. ``limit`` is the page size.
+        Each page is its own short transaction: a session that gets a message
+        while the iteration runs moves to the top and is not seen again.
+
+        Raises:
+            InvalidInput: ``offset`` is not 0, or the filter breaks a limit.
+        """
+        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        if flt.offset:
+            raise InvalidInput("offset: iter_sessions pages with a cursor; offset must be 0")
+        after: tuple[Any, Any] | None = None
+        while True:
+            cursor = after
+            batch = await self._run(
+                scope,
+                lambda conn: _sessions.select_page(
+                    conn, scope, flt, limit=flt.page_size, after=cursor
+                ),
+            )
+            for session in batch:
+                yield session
+            if len(batch) < flt.page_size:
+                return
+            last = batch[-1]
+            after = (last.updated_at, _session_id(last.id))
+
+    async def resolve_session(self, agent_id: str, session_id: str | None = None) -> Session:
+        """The session a run of ``agent_id`` uses.
+
+        With ``session_id``: that session, which must be visible and belong to
+        ``agent_id``. Without: the default session of (agent, current exact
+        scope), created if absent; concurrent callers all get the same one.
+
+        Raises:
+            NotFound: the named session is not visible or belongs to another agent.
+        """
+        scope = current_scope()
+        check_identifier(agent_id, "agent_id")
+        if session_id is None:
+            return await self._run(scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id))
+        sid = _session_id(session_id)
+        session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
+        if session.agent_id != agent_id:
+            raise NotFound(f"session {session_id} not found")
+        return session
+
+    async def set_default_session(self, session_id: str) -> Session:
+        """Make the session the default of its (agent, scope), atomically.
+
+        The previous default is demoted in the same transaction: at no moment
+        are there two defaults or, for a reader, none.
+
+        Raises:
+            NotFound: the session is not visible.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        return await self._run(scope, lambda conn: _sessions.set_default(conn, scope, sid))
+
+    # --- messages -------------------------------------------------------------
+
+    async def append_messages(
+        self, session_id: str, messages: Sequence[NewMessage]
+    ) -> list[Message]:
+        """Append messages in one transaction: all rows or none.
+
+        ``message_count`` rises by their number, ``last_message`` becomes a
+        preview of the last one, ``updated_at`` moves. Concurrent appends to one
+        session get distinct, gap-free ``seq``s; the count always equals the rows.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: no messages, more than 1,000, or a limit is broken.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        batch = list(messages) if not isinstance(messages, NewMessage) else [messages]
+        if not 1 <= len(batch) <= MAX_APPEND_BATCH:
+            raise InvalidInput(f"messages: 1 to {MAX_APPEND_BATCH} per call, got {len(batch)}")
+        for message in batch:
+            if not isinstance(message, NewMessage):
+                raise InvalidInput(f"messages: expected NewMessage, got {type(message).__name__}")
+        # Re-validate: a model built with model_construct skipped its checks.
+        batch = [NewMessage(**m.model_dump()) for m in batch]
+        return await self._run(scope, lambda conn: _messages.append_messages(conn, scope, sid, batch))
+
+    async def append_message(self, session_id: str, message: NewMessage) -> Message:
+        """Append one message; see :meth:`append_messages`."""
+        (stored,) = await self.append_messages(session_id, [message])
+        return stored
+
+    async def list_messages(
+        self, session_id: str, *, after_seq: int = 0, limit: int = DEFAULT_MESSAGE_LIMIT
+    ) -> list[Message]:
+        """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000).
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``after_seq`` < 0 or ``limit`` out of range.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            raise InvalidInput("after_seq: must be an integer, 0 or more")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_MESSAGE_LIMIT:
+            raise InvalidInput(f"limit: must be 1 to {MAX_MESSAGE_LIMIT}")
+        return await self._run(
+            scope,
+            lambda conn: _messages.list_messages(conn, scope, sid, after_seq=after_seq, limit=limit)
+        )
