@@ -1,0 +1,156 @@
+"""Shared fixtures: a real PostgreSQL, a migrated throwaway database, a plain app role.
+
+Where the server comes from, in order: ``TEST_DATABASE_URL``; else a superuser
+login on 127.0.0.1:5432 if one answers. With neither, integration tests skip
+locally and *fail* under CI (``CI`` set), so CI can never pass by skipping.
+
+The schema is built by running the migrations (never ``create_all``) as the
+server's superuser, the owner. The store under test connects as a fresh
+non-superuser role, so row-level security applies exactly as in production.
+Tests isolate from one another by tenant: every test gets fresh, random
+tenant names (see ``tenant``), and tenancy is what cortex isolates by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+import cortex
+from cortex.migrate import grant_sql, upgrade
+
+_LOCAL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            item.add_marker(pytest.mark.anyio)
+        parts = item.path.parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        if "migrations" in parts:
+            item.add_marker(pytest.mark.migrations)
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def with_database(url: str, database: str, *, user: str | None = None) -> str:
+    """The same server URL pointing at another database (and optionally user)."""
+    parsed = make_url(url).set(database=database)
+    if user is not None:
+        parsed = parsed.set(username=user, password=None)
+    return parsed.render_as_string(hide_password=False)
+
+
+def asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def admin(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _can_login(url: str) -> bool:
+    try:
+        conn = await asyncpg.connect(asyncpg_dsn(url), timeout=3)
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    """A superuser URL on a real PostgreSQL server."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        return url
+    if asyncio.run(_can_login(_LOCAL_DEFAULT)):
+        return _LOCAL_DEFAULT
+    message = "no PostgreSQL: set TEST_DATABASE_URL or start one on 127.0.0.1:5432"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI must not skip integration tests)")
+    pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Database:
+    """A migrated throwaway database and the two URLs that reach it."""
+
+    name: str
+    owner_url: str  # superuser: ran the migrations, owns the tables
+    app_url: str  # plain role: what the store connects as
+    app_role: str
+
+
+def create_database(server: str) -> Database:
+    """Create, migrate and grant a fresh database; the caller drops it."""
+    suffix = uuid.uuid4().hex[:10]
+    name, role = f"cortex_t_{suffix}", f"cortex_app_{suffix}"
+    asyncio.run(admin(server, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN'))
+    owner = with_database(server, name)
+    upgrade(owner)
+    asyncio.run(admin(owner, *grant_sql(role)))
+    return Database(name, owner, with_database(server, name, user=role), role)
+
+
+def drop_database(server: str, db: Database) -> None:
+    asyncio.run(
+        admin(
+            server,
+            f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)',
+            f'DROP ROLE IF EXISTS "{db.app_role}"',
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def database(server_url: str) -> Iterator[Database]:
+    """One migrated database for the whole run; tests isolate by tenant."""
+    db = create_database(server_url)
+    yield db
+    drop_database(server_url, db)
+
+
+@pytest.fixture
+async def store(database: Database) -> AsyncIterator[cortex.Store]:
+    async with cortex.connect(database.app_url, pool_size=10, max_overflow=40) as s:
+        yield s
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant name no other test uses."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def other_tenant() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def owner_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser connection for checking what is really stored (bypasses RLS)."""
+    conn = await asyncpg.connect(asyncpg_dsn(database.owner_url))
+    try:
+        yield conn
+    finally:
+        await conn.close()

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from cortex import FunctionResponse, InvalidInput, ListFilter, NewMessage, RequestedInput, Session
+from cortex.models import (
+    MAX_CONTENT_BYTES,
+    MAX_JSON_BYTES,
+    PREVIEW_LENGTH,
+    check_identifier,
+    check_json,
+)
+
+
+def _session(**kw: Any) -> Session:
+    now = datetime.now(UTC)
+    base: dict[str, Any] = {
+        "id": "ses_01m8n5v2k0ecc9ehf091kvpg8h",
+        "agent_id": "a",
+        "scope": "acme/x",
+        "created_at": now,
+        "updated_at": now,
+    }
+    return Session(**(base | kw))
+
+
+def test_session_json_scope_is_path() -> None:
+    s = _session()
+    dumped = s.model_dump(mode="json")
+    assert dumped["scope"] == "acme/x"
+    assert Session.model_validate_json(s.model_dump_json()) == s
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"title": "x" * 1001}, "title"),
+        ({"title": "a\x00b"}, "title"),
+        ({"metadata": {"k": "x" * MAX_JSON_BYTES}}, "metadata"),
+        ({"metadata": {"k\x00": 1}}, "metadata"),
+        ({"metadata": {"k": float("nan")}}, "metadata"),
+        ({"metadata": {"k": "\ud800"}}, "metadata"),
+    ],
+)
+def test_session_limits(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput, match=field):
+        _session(**kwargs)
+
+
+def test_assignment_is_validated() -> None:
+    s = _session()
+    with pytest.raises(InvalidInput, match="title"):
+        s.title = "x" * 1001
+    s.title = "ok"
+    assert s.title == "ok"
+
+
+def test_deep_and_huge_json_refused() -> None:
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(InvalidInput):
+        check_json(deep, "metadata")
+    with pytest.raises(InvalidInput):
+        check_json({"n": 10**5000}, "metadata")
+    assert check_json({"n": 10**50}, "metadata") == '{"n":' + str(10**50) + "}"
+
+
+def test_list_filter_limits() -> None:
+    assert ListFilter().page_size == 50
+    assert ListFilter(limit=1000).page_size == 1000
+    for bad in ({"limit": -1}, {"limit": 1001}, {"offset": -1}, {"search": "x" * 201}, {"search": "\x00"}, {"agent_id": "a b"}, {"agent_id": ""}, {"agent_id": "x" * 129}):
+        with pytest.raises(InvalidInput):
+            ListFilter(**bad)
+    ListFilter(search="x" * 200, agent_id="x" * 128)
+
+
+def test_identifiers() -> None:
+    check_identifier("agent:1/é", "agent_id")
+    for bad in ("", "a b", "a\tb", "a\nb", "x" * 129, "a\x00", "a\u200bb\x7f"):
+        with pytest.raises(InvalidInput):
+            check_identifier(bad, "agent_id")
+
+
+def test_new_message_limits() -> None:
+    NewMessage("user", "x" * MAX_CONTENT_BYTES)
+    with pytest.raises(InvalidInput, match="content"):
+        NewMessage("user", "x" * (MAX_CONTENT_BYTES + 1))
+    with pytest.raises(InvalidInput, match="content"):
+        NewMessage("user", "é" * (MAX_CONTENT_BYTES // 2 + 1))  # bytes, not characters
+    with pytest.raises(InvalidInput, match="role"):
+        NewMessage("robot")  # type: ignore[arg-type]  # proving the refusal
+    with pytest.raises(InvalidInput, match="content"):
+        NewMessage("user", "a\x00")
+    with pytest.raises(InvalidInput, match="author"):
+        NewMessage("user", author="x" * 129)
+
+
+def test_preview_is_bounded() -> None:
+    assert NewMessage("user", "x" * 5000).preview() == "x" * PREVIEW_LENGTH
+
+
+def test_requested_input_schema_checked() -> None:
+    RequestedInput(interrupt_id="i1", response_schema={"type": "object", "required": ["ok"]})
+    with pytest.raises(InvalidInput, match="response_schema"):
+        RequestedInput(interrupt_id="i1", response_schema={"type": "nope"})
+    with pytest.raises(InvalidInput, match="interrupt_id"):
+        RequestedInput(interrupt_id="x" * 129)
+    with pytest.raises(InvalidInput, match="payload"):
+        RequestedInput(interrupt_id="i", payload="x" * (MAX_JSON_BYTES + 1))
+    with pytest.raises(InvalidInput):
+        FunctionResponse(id="i", response={"k": "\x00"})

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import cortex
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert list(cortex.__all__) == sorted(cortex.__all__)
+    for name in cortex.__all__:
+        assert hasattr(cortex, name), name
+    public = {n for n in dir(cortex) if not n.startswith("_")}
+    modules = {"errors", "ids", "models", "scope", "store", "migrate"}
+    assert public - modules - {"annotations"} <= set(cortex.__all__)
+
+
+def test_error_tree() -> None:
+    assert issubclass(cortex.NotFound, LookupError)
+    assert issubclass(cortex.InvalidInput, ValueError)
+    assert issubclass(cortex.InvalidScope, cortex.InvalidInput)
+    assert issubclass(cortex.AlreadyAborted, cortex.Conflict)
+    for name in cortex.__all__:
+        obj = getattr(cortex, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, cortex.CortexError), name
