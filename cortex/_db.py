@@ -70,9 +70,17 @@ def normalise_url(url: str | URL) -> URL:
     )
 
 
+# Seconds asyncpg may take to open a connection (its own default is 60): a
+# checkout is shielded from cancellation, so this bounds how long a cancelled
+# caller can wait for one.
+CONNECT_TIMEOUT: Final = 10
+
+
 def make_engine(url: str | URL, **pool_options: Any) -> AsyncEngine:
     """An async engine on asyncpg; ``pool_options`` go to ``create_async_engine``."""
-    return create_async_engine(normalise_url(url), **pool_options)
+    connect_args = dict(pool_options.pop("connect_args", None) or {})
+    connect_args.setdefault("timeout", CONNECT_TIMEOUT)
+    return create_async_engine(normalise_url(url), connect_args=connect_args, **pool_options)
 
 
 async def check_schema(engine: AsyncEngine) -> None:
@@ -138,7 +146,13 @@ async def _attempt(
     scope: Scope,
     body: Callable[[AsyncConnection], Awaitable[T]],
 ) -> T:
-    conn = await engine.connect()
+    # Checkout is shielded: cancelling it mid-handshake would tear down a
+    # half-open connection (asyncpg then reports a lost connection on a
+    # future nobody awaits). A cancelled caller instead waits for the
+    # checkout, bounded by pool_timeout and the connect timeout, then rolls
+    # back cleanly at its next await.
+    with anyio.CancelScope(shield=True):
+        conn = await engine.connect()
     try:
         await conn.begin()
         # Row-level security reads this; it lives until COMMIT/ROLLBACK only,

@@ -136,6 +136,10 @@ def translate(exc: BaseException) -> CortexError | None:
         state = sqlstate_of(exc)
         if exc.connection_invalidated or (state is not None and state.startswith("08")):
             return DatabaseUnavailable("the database connection was lost")
+        if state == "3D000":
+            return DatabaseUnavailable("the database does not exist")
+        if state is not None and state.startswith("28"):
+            return DatabaseUnavailable(f"the database refused the login (SQLSTATE {state})")
         if state in _UNAVAILABLE_SQLSTATES:
             return DatabaseUnavailable(f"the database is unavailable (SQLSTATE {state})")
         if state in _TIMEOUT_SQLSTATES:

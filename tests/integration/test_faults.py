@@ -1,0 +1,218 @@
+"""Failures surface as CortexError, write nothing, and leave the pool healthy."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import asyncpg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+import cortex
+from cortex import (
+    DatabaseError,
+    DatabaseUnavailable,
+    NewMessage,
+    OperationTimeout,
+    SchemaMismatch,
+    Scope,
+    use_scope,
+)
+from cortex._db import MAX_ATTEMPTS, run_transaction
+from tests.conftest import Database, admin, with_database
+
+
+@asynccontextmanager
+async def row_locked(owner_conn: asyncpg.Connection, tenant: str) -> AsyncIterator[None]:
+    """Hold the tenant's session rows locked, so an append blocks on them."""
+    tx = owner_conn.transaction()
+    await tx.start()
+    await owner_conn.execute("SELECT 1 FROM sessions WHERE tenant_id = $1 FOR UPDATE", tenant)
+    try:
+        yield
+    finally:
+        await tx.rollback()
+
+
+async def _state(owner_conn: asyncpg.Connection, tenant: str) -> tuple[int, int]:
+    count = await owner_conn.fetchval("SELECT coalesce(sum(message_count), 0) FROM sessions WHERE tenant_id = $1", tenant)
+    rows = await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant)
+    return int(count), int(rows)
+
+
+async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int = 5) -> None:
+    with use_scope(tenant):
+        for _ in range(times):
+            await store.append_message(session_id, NewMessage("user", "after"))
+
+
+async def test_unreachable_server(database: Database) -> None:
+    url = sa.engine.make_url(database.app_url).set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
+    with pytest.raises(DatabaseUnavailable) as info:
+        async with cortex.connect(url):
+            pass
+    assert info.value.__cause__ is not None
+
+
+async def test_missing_database_is_an_error(database: Database) -> None:
+    with pytest.raises(DatabaseUnavailable, match="does not exist"):
+        async with cortex.connect(with_database(database.app_url, "no_such_db_cortex")):
+            pass
+
+
+async def test_unmigrated_database_is_schema_mismatch(server_url: str) -> None:
+    name = "cortex_t_empty_" + Scope.parse("a").tenant + str(id(server_url))[-6:]
+    await admin(server_url, f'CREATE DATABASE "{name}"')
+    try:
+        with pytest.raises(SchemaMismatch, match="cortex db upgrade"):
+            async with cortex.connect(with_database(server_url, name)):
+                pass
+    finally:
+        await admin(server_url, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+async def test_pool_exhaustion_is_a_clear_error(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    async with cortex.connect(database.app_url, pool_size=1, max_overflow=0, pool_timeout=0.3) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            async with anyio.create_task_group() as tg:
+                async with row_locked(owner_conn, tenant):
+                    tg.start_soon(store.append_message, s.id, NewMessage("user", "queued"))
+                    await anyio.sleep(0.1)
+                    with pytest.raises(DatabaseUnavailable, match="pool"):
+                        await store.get_session(s.id)
+        assert await _state(owner_conn, tenant) == (1, 1)
+        await _healthy(store, tenant, s.id)
+
+
+async def test_statement_timeout(database: Database, tenant: str, owner_conn: asyncpg.Connection) -> None:
+    async with cortex.connect(
+        database.app_url, connect_args={"server_settings": {"statement_timeout": "200"}}
+    ) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            async with row_locked(owner_conn, tenant):
+                with pytest.raises(OperationTimeout):
+                    await store.append_message(s.id, NewMessage("user", "late"))
+        assert await _state(owner_conn, tenant) == (0, 0)
+        await _healthy(store, tenant, s.id)
+        assert await _state(owner_conn, tenant) == (5, 5)
+
+
+async def test_backend_killed_mid_transaction(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    async with cortex.connect(database.app_url, pool_size=2) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        async with row_locked(owner_conn, tenant):
+
+            async def killer() -> None:
+                await anyio.sleep(0.2)
+                await owner_conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE usename = $1 AND wait_event_type = 'Lock'",
+                    database.app_role,
+                )
+
+            failures: list[BaseException] = []
+
+            async def doomed() -> None:
+                with use_scope(tenant):
+                    try:
+                        await store.append_message(s.id, NewMessage("user", "doomed"))
+                    except cortex.CortexError as exc:
+                        failures.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(killer)
+                tg.start_soon(doomed)
+            assert len(failures) == 1
+            assert isinstance(failures[0], DatabaseUnavailable)
+            assert not isinstance(failures[0].__cause__, cortex.CortexError)
+        assert await _state(owner_conn, tenant) == (0, 0)
+        await _healthy(store, tenant, s.id, times=10)
+
+
+async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    async with cortex.connect(database.app_url, pool_size=1, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            for delay in (0.0, 0.001, 0.01, 0.05):
+                async with row_locked(owner_conn, tenant):
+                    with anyio.move_on_after(0.1 + delay) as scope:
+                        await store.append_message(s.id, NewMessage("user", "cancelled"))
+                    assert scope.cancelled_caught
+            assert await _state(owner_conn, tenant) == (0, 0)
+            # Cancel at random points of unblocked appends: each either fully lands or not at all.
+            for i in range(60):
+                with anyio.move_on_after(random.uniform(0, 0.006) if i % 2 else i * 0.0002):
+                    await store.append_message(s.id, NewMessage("user", "maybe"))
+        count, rows = await _state(owner_conn, tenant)
+        assert count == rows
+        await _healthy(store, tenant, s.id, times=10)
+        assert (await _state(owner_conn, tenant))[1] == rows + 10
+
+
+async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
+    attempts = 0
+
+    async def flaky(conn: AsyncConnection) -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            await conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$"))
+        return "ok"
+
+    assert await run_transaction(store.engine, Scope("t"), flaky) == "ok"
+    assert attempts == 3
+
+    attempts = 0
+
+    async def hopeless(conn: AsyncConnection) -> None:
+        nonlocal attempts
+        attempts += 1
+        await conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$"))
+
+    with pytest.raises(DatabaseError):
+        await run_transaction(store.engine, Scope("t"), hopeless)
+    assert attempts == MAX_ATTEMPTS
+
+
+async def test_real_deadlock_is_retried(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        a = await store.create_session("bot")
+        b = await store.create_session("bot")
+    gate = anyio.Event()
+    arrived = 0
+
+    def body(first: str, second: str):  # type: ignore[no-untyped-def]  # small local closure
+        async def run(conn: AsyncConnection) -> None:
+            nonlocal arrived
+            stmt = sa.text("UPDATE sessions SET title = title || '.' WHERE tenant_id = :t AND id = :id")
+            from cortex.ids import parse_id
+
+            await conn.execute(stmt, {"t": tenant, "id": parse_id("ses", first)})
+            arrived += 1
+            if arrived == 2:
+                gate.set()
+            with anyio.move_on_after(0.5):
+                await gate.wait()
+            await conn.execute(stmt, {"t": tenant, "id": parse_id("ses", second)})
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_transaction, store.engine, Scope(tenant), body(a.id, b.id))
+        tg.start_soon(run_transaction, store.engine, Scope(tenant), body(b.id, a.id))
+    with use_scope(tenant):
+        titles = sorted([(await store.get_session(a.id)).title, (await store.get_session(b.id)).title])
+    assert titles == ["..", ".."]
