@@ -245,9 +245,14 @@ def downgrade() -> None:
         """
         CREATE TEMPORARY TABLE backfill_touched ON COMMIT DROP AS
         WITH detached AS (
-            UPDATE messages SET session_id = NULL, seq = NULL
-            WHERE scope IS NOT NULL AND session_id IS NOT NULL
-            RETURNING tenant_id, session_id
+            -- RETURNING shows new values; the join keeps the session each row left.
+            UPDATE messages AS m SET session_id = NULL, seq = NULL
+            FROM (
+                SELECT tenant_id, id, session_id FROM messages
+                WHERE scope IS NOT NULL AND session_id IS NOT NULL
+            ) AS old
+            WHERE m.tenant_id = old.tenant_id AND m.id = old.id
+            RETURNING old.tenant_id, old.session_id
         )
         SELECT DISTINCT tenant_id, session_id AS id FROM detached
         """
