@@ -15,9 +15,9 @@ import os
 from logging.config import fileConfig
 
 import sqlalchemy as sa
-from alembic import context
 from sqlalchemy.engine import Connection
 
+from alembic import context
 from cortex._db import make_engine, normalise_url
 from cortex._tables import metadata
 from cortex.migrate import MIGRATION_LOCK_KEY

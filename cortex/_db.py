@@ -49,7 +49,7 @@ T = TypeVar("T")
 _BIND_TENANT: Final = sa.text(f"SELECT set_config('{TENANT_SETTING}', :tenant, true)")
 
 
-class RetryTransaction(Exception):  # noqa: N818  (a signal, not an error)
+class RetryTransaction(Exception):
     """Raised by a transaction body to be run again from the start on a new snapshot."""
 
 
@@ -94,7 +94,9 @@ async def check_schema(engine: AsyncEngine) -> None:
         async with engine.connect() as conn:
             exists = await conn.scalar(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL"))
             found = (
-                (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalars().all()
+                (await conn.execute(sa.text("SELECT version_num FROM alembic_version")))
+                .scalars()
+                .all()
                 if exists
                 else []
             )
@@ -128,7 +130,8 @@ async def run_transaction(
             with translate_errors():
                 return await _attempt(engine, scope, body)
         except DatabaseError as exc:
-            if sqlstate_of(exc.__cause__) not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
+            state = sqlstate_of(exc.__cause__) if exc.__cause__ is not None else None
+            if state not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
                 raise
         except RetryTransaction:
             if attempt == MAX_ATTEMPTS:
@@ -154,21 +157,22 @@ async def _attempt(
     with anyio.CancelScope(shield=True):
         conn = await engine.connect()
     try:
-        await conn.begin()
-        # Row-level security reads this; it lives until COMMIT/ROLLBACK only,
-        # so a pooled connection never carries a tenant into its next checkout.
-        await conn.execute(_BIND_TENANT, {"tenant": scope.tenant})
-        result = await body(conn)
-        with anyio.CancelScope(shield=True):
-            await conn.commit()
-        return result
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await _discard_transaction(conn)
-        raise
+        try:
+            await conn.begin()
+            # Row-level security reads this; it lives until COMMIT/ROLLBACK only,
+            # so a pooled connection never carries a tenant into its next checkout.
+            await conn.execute(_BIND_TENANT, {"tenant": scope.tenant})
+            result = await body(conn)
+            with anyio.CancelScope(shield=True):
+                await conn.commit()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await _discard_transaction(conn)
+            raise
     finally:
         with anyio.CancelScope(shield=True):
             await conn.close()
+    return result
 
 
 async def _discard_transaction(conn: AsyncConnection) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import TypeVarTuple
 
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
@@ -30,6 +31,8 @@ __all__ = [
     "subtree_clause",
     "visible",
 ]
+
+_Ts = TypeVarTuple("_Ts")
 
 # The listing order: newest activity first, id as the unique tie-breaker. Both
 # keys descend, matching every listing index, so a page is one ordered scan.
@@ -123,7 +126,7 @@ def after_cursor(updated_at: datetime, session_id: uuid.UUID) -> ColumnElement[b
     )
 
 
-def page(stmt: sa.Select[sa.Row[object]], *, limit: int, offset: int = 0) -> sa.Select[sa.Row[object]]:
+def page(stmt: sa.Select[*_Ts], *, limit: int, offset: int = 0) -> sa.Select[*_Ts]:
     """Apply the listing order and a page to a select built on session_predicate."""
     stmt = stmt.order_by(*ORDER).limit(limit)
     return stmt.offset(offset) if offset else stmt

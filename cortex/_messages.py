@@ -36,7 +36,7 @@ _MESSAGE_COLUMNS: Final = (
 )
 
 
-def row_to_message(row: sa.Row[Any]) -> Message:
+def row_to_message(row: sa.Row[*tuple[Any, ...]]) -> Message:
     """Build the public model from a row selected with the message columns."""
     return Message.model_construct(
         id=format_id(MESSAGE_PREFIX, row.id),
@@ -64,9 +64,7 @@ def _json_or_none(value: RequestedInput | FunctionResponse | None, field: str) -
     return None if value is None else check_json(value.model_dump(mode="json"), field)
 
 
-def _append_statement(
-    scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]
-) -> sa.Insert:
+def _append_statement(scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]) -> sa.Insert:
     """One statement: raise the counter under the row lock, then insert the rows.
 
     The UPDATE runs first (a data-modifying CTE) and takes the session's row
@@ -94,35 +92,39 @@ def _append_statement(
         )
         .cte("touched")
     )
-    rows = sa.func.unnest(
-        sa.bindparam("ids", [new_uuid() for _ in batch], type_=ARRAY(UUID(as_uuid=True))),
-        sa.bindparam("roles", [m.role for m in batch], type_=ARRAY(sa.Text())),
-        sa.bindparam("contents", [m.content for m in batch], type_=ARRAY(sa.Text())),
-        sa.bindparam("authors", [m.author for m in batch], type_=ARRAY(sa.Text())),
-        sa.bindparam(
-            "requested",
-            [_json_or_none(m.requested_input, "requested_input") for m in batch],
-            type_=ARRAY(sa.Text()),
-        ),
-        sa.bindparam(
-            "responses",
-            [_json_or_none(m.function_response, "function_response") for m in batch],
-            type_=ARRAY(sa.Text()),
-        ),
-        sa.bindparam(
-            "metas", [check_json(m.metadata, "metadata") for m in batch], type_=ARRAY(sa.Text())
-        ),
-    ).table_valued(
-        sa.column("id", UUID(as_uuid=True)),
-        sa.column("role", sa.Text()),
-        sa.column("content", sa.Text()),
-        sa.column("author", sa.Text()),
-        sa.column("requested", sa.Text()),
-        sa.column("response", sa.Text()),
-        sa.column("meta", sa.Text()),
-        with_ordinality="ord",
-        name="batch",
-    ).render_derived()
+    rows = (
+        sa.func.unnest(
+            sa.bindparam("ids", [new_uuid() for _ in batch], type_=ARRAY(UUID(as_uuid=True))),
+            sa.bindparam("roles", [m.role for m in batch], type_=ARRAY(sa.Text())),
+            sa.bindparam("contents", [m.content for m in batch], type_=ARRAY(sa.Text())),
+            sa.bindparam("authors", [m.author for m in batch], type_=ARRAY(sa.Text())),
+            sa.bindparam(
+                "requested",
+                [_json_or_none(m.requested_input, "requested_input") for m in batch],
+                type_=ARRAY(sa.Text()),
+            ),
+            sa.bindparam(
+                "responses",
+                [_json_or_none(m.function_response, "function_response") for m in batch],
+                type_=ARRAY(sa.Text()),
+            ),
+            sa.bindparam(
+                "metas", [check_json(m.metadata, "metadata") for m in batch], type_=ARRAY(sa.Text())
+            ),
+        )
+        .table_valued(
+            sa.column("id", UUID(as_uuid=True)),
+            sa.column("role", sa.Text()),
+            sa.column("content", sa.Text()),
+            sa.column("author", sa.Text()),
+            sa.column("requested", sa.Text()),
+            sa.column("response", sa.Text()),
+            sa.column("meta", sa.Text()),
+            with_ordinality="ord",
+            name="batch",
+        )
+        .render_derived()
+    )
     source = sa.select(
         touched.c.tenant_id,
         rows.c.id,

@@ -56,7 +56,7 @@ SESSION_COLUMNS: Final = (
 _UQ_DEFAULT: Final = "uq_sessions_default"
 
 
-def row_to_session(row: sa.Row[Any]) -> Session:
+def row_to_session(row: sa.Row[*tuple[Any, ...]]) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS."""
     return Session.model_construct(
         id=format_id(SESSION_PREFIX, row.id),

@@ -69,9 +69,13 @@ sessions = sa.Table(
     # cortex-owned: set once by the backfill migration to its revision id; '' otherwise.
     sa.Column("backfilled_by", sa.Text(), nullable=False, server_default=""),
     # cortex-owned.
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
     # cortex-owned: moves on update_session and on every append.
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
     sa.PrimaryKeyConstraint("tenant_id", "id"),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
     sa.CheckConstraint("message_count >= 0", name="message_count"),
@@ -171,9 +175,7 @@ messages = sa.Table(
         ["sessions.tenant_id", "sessions.id"],
         ondelete="CASCADE",
     ),
-    sa.CheckConstraint(
-        "(session_id IS NULL) = (seq IS NULL)", name="session_seq"
-    ),
+    sa.CheckConstraint("(session_id IS NULL) = (seq IS NULL)", name="session_seq"),
 )
 # Reading a session's messages by position, and gap-free seq per session.
 sa.Index(

@@ -50,4 +50,3 @@ def parse_id(prefix: str, text: object, *, field: str = "id") -> uuid.UUID:
     if parsed.prefix != prefix:
         raise InvalidInput(f"{field}: expected a {prefix}_… id, got {text!r}")
     return uuid.UUID(bytes=parsed.uuid.bytes)
-

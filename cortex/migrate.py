@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 from typing import Final
 
-from alembic import command
 from alembic.config import Config
 
+from alembic import command
 from cortex._db import normalise_url
 from cortex.errors import InvalidInput
 

@@ -114,7 +114,9 @@ def check_identifier(value: str, field: str) -> str:
     """An opaque id: 1-128 printable characters, no whitespace."""
     check_text(value, field, MAX_AGENT_ID_LENGTH)
     if not value or not value.isprintable() or any(c.isspace() for c in value):
-        raise InvalidInput(f"{field}: 1 to {MAX_AGENT_ID_LENGTH} printable characters, no whitespace")
+        raise InvalidInput(
+            f"{field}: 1 to {MAX_AGENT_ID_LENGTH} printable characters, no whitespace"
+        )
     return value
 
 
@@ -366,4 +368,3 @@ class Message(_Model):
     function_response: FunctionResponse | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
-

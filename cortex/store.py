@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
@@ -173,7 +174,7 @@ class Store:
             scope,
             lambda conn: _sessions.update_session(
                 conn, scope, sid, title=title, metadata_json=metadata_json
-            )
+            ),
         )
 
     async def delete_session(self, session_id: str) -> None:
@@ -185,7 +186,7 @@ class Store:
         scope, sid = current_scope(), _session_id(session_id)
         await self._run(scope, lambda conn: _sessions.delete_session(conn, scope, sid))
 
-    async def list_sessions(self, filter: ListFilter | None = None) -> list[Session]:  # noqa: A002
+    async def list_sessions(self, filter: ListFilter | None = None) -> list[Session]:
         """One page of visible sessions, newest activity first (then id).
 
         Raises:
@@ -196,15 +197,15 @@ class Store:
             scope,
             lambda conn: _sessions.select_page(
                 conn, scope, flt, limit=flt.page_size, offset=flt.offset
-            )
+            ),
         )
 
-    async def count_sessions(self, filter: ListFilter | None = None) -> int:  # noqa: A002
+    async def count_sessions(self, filter: ListFilter | None = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""
         scope, flt = current_scope(), _copy_filter(_filter(filter))
         return await self._run(scope, lambda conn: _sessions.count_sessions(conn, scope, flt))
 
-    async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:  # noqa: A002
+    async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:
         """Every matching session in list order, fetched page by page.
 
         Pages follow a keyset cursor on (updated_at, id), so each page costs
@@ -220,11 +221,10 @@ class Store:
             raise InvalidInput("offset: iter_sessions pages with a cursor; offset must be 0")
         after: tuple[Any, Any] | None = None
         while True:
-            cursor = after
             batch = await self._run(
                 scope,
-                lambda conn: _sessions.select_page(
-                    conn, scope, flt, limit=flt.page_size, after=cursor
+                partial(
+                    _sessions.select_page, scope=scope, flt=flt, limit=flt.page_size, after=after
                 ),
             )
             for session in batch:
@@ -247,7 +247,9 @@ class Store:
         scope = current_scope()
         check_identifier(agent_id, "agent_id")
         if session_id is None:
-            return await self._run(scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id))
+            return await self._run(
+                scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id)
+            )
         sid = _session_id(session_id)
         session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
         if session.agent_id != agent_id:
@@ -282,7 +284,7 @@ class Store:
             InvalidInput: no messages, more than 1,000, or a limit is broken.
         """
         scope, sid = current_scope(), _session_id(session_id)
-        batch = list(messages) if not isinstance(messages, NewMessage) else [messages]
+        batch = list(messages)
         if not 1 <= len(batch) <= MAX_APPEND_BATCH:
             raise InvalidInput(f"messages: 1 to {MAX_APPEND_BATCH} per call, got {len(batch)}")
         for message in batch:
@@ -290,7 +292,9 @@ class Store:
                 raise InvalidInput(f"messages: expected NewMessage, got {type(message).__name__}")
         # Re-validate: a model built with model_construct skipped its checks.
         batch = [NewMessage(**m.model_dump()) for m in batch]
-        return await self._run(scope, lambda conn: _messages.append_messages(conn, scope, sid, batch))
+        return await self._run(
+            scope, lambda conn: _messages.append_messages(conn, scope, sid, batch)
+        )
 
     async def append_message(self, session_id: str, message: NewMessage) -> Message:
         """Append one message; see :meth:`append_messages`."""
@@ -309,9 +313,15 @@ class Store:
         scope, sid = current_scope(), _session_id(session_id)
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
             raise InvalidInput("after_seq: must be an integer, 0 or more")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_MESSAGE_LIMIT:
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_MESSAGE_LIMIT
+        ):
             raise InvalidInput(f"limit: must be 1 to {MAX_MESSAGE_LIMIT}")
         return await self._run(
             scope,
-            lambda conn: _messages.list_messages(conn, scope, sid, after_seq=after_seq, limit=limit)
+            lambda conn: _messages.list_messages(
+                conn, scope, sid, after_seq=after_seq, limit=limit
+            ),
         )

@@ -70,7 +70,7 @@ async def admin(url: str, *statements: str) -> None:
 async def _can_login(url: str) -> bool:
     try:
         conn = await asyncpg.connect(asyncpg_dsn(url), timeout=3)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, asyncpg.PostgresError):
         return False
     await conn.close()
     return True

@@ -14,8 +14,9 @@ twice by hand: Alembic records it and never does.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects.postgresql import UUID
+
+from alembic import op
 
 revision: str = "20260801000001"
 down_revision: str | Sequence[str] | None = None

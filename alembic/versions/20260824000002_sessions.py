@@ -22,8 +22,9 @@ old release. Safe to run twice? Alembic records it; it is not re-entrant by hand
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from alembic import op
 
 revision: str = "20260824000002"
 down_revision: str | Sequence[str] | None = "20260801000001"
@@ -102,9 +103,7 @@ def upgrade() -> None:
     op.alter_column("messages", "tenant_id", nullable=False)
     op.add_column("messages", sa.Column("session_id", UUID(as_uuid=True), nullable=True))
     op.add_column("messages", sa.Column("seq", sa.Integer(), nullable=True))
-    op.add_column(
-        "messages", sa.Column("author", sa.Text(), nullable=False, server_default="")
-    )
+    op.add_column("messages", sa.Column("author", sa.Text(), nullable=False, server_default=""))
     op.add_column("messages", sa.Column("requested_input", JSONB(), nullable=True))
     op.add_column("messages", sa.Column("function_response", JSONB(), nullable=True))
     op.add_column(
@@ -150,9 +149,7 @@ def downgrade() -> None:
     op.drop_index("ix_messages_unsessioned", table_name="messages")
     op.drop_index("uq_messages_session_seq", table_name="messages")
     op.drop_constraint("ck_messages_session_seq", "messages", type_="check")
-    op.drop_constraint(
-        "fk_messages_tenant_id_session_id_sessions", "messages", type_="foreignkey"
-    )
+    op.drop_constraint("fk_messages_tenant_id_session_id_sessions", "messages", type_="foreignkey")
     op.drop_constraint("pk_messages", "messages", type_="primary")
     op.create_primary_key("messages_pkey", "messages", ["id"])
     op.alter_column("messages", "agent_id", nullable=False)

@@ -16,6 +16,7 @@ re-entrant by hand.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+
 from alembic import op
 
 revision: str = "20260824000003"

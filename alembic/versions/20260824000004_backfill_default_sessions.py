@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import context, op
 
+from alembic import context, op
 from cortex._progress import progress
 
 revision: str = "20260824000004"

@@ -39,7 +39,9 @@ async def row_locked(owner_conn: asyncpg.Connection, tenant: str) -> AsyncIterat
 
 
 async def _state(owner_conn: asyncpg.Connection, tenant: str) -> tuple[int, int]:
-    count = await owner_conn.fetchval("SELECT coalesce(sum(message_count), 0) FROM sessions WHERE tenant_id = $1", tenant)
+    count = await owner_conn.fetchval(
+        "SELECT coalesce(sum(message_count), 0) FROM sessions WHERE tenant_id = $1", tenant
+    )
     rows = await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant)
     return int(count), int(rows)
 
@@ -51,7 +53,11 @@ async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int
 
 
 async def test_unreachable_server(database: Database) -> None:
-    url = sa.engine.make_url(database.app_url).set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
+    url = (
+        sa.engine.make_url(database.app_url)
+        .set(host="127.0.0.1", port=1)
+        .render_as_string(hide_password=False)
+    )
     with pytest.raises(DatabaseUnavailable) as info:
         async with cortex.connect(url):
             pass
@@ -78,20 +84,23 @@ async def test_unmigrated_database_is_schema_mismatch(server_url: str) -> None:
 async def test_pool_exhaustion_is_a_clear_error(
     database: Database, tenant: str, owner_conn: asyncpg.Connection
 ) -> None:
-    async with cortex.connect(database.app_url, pool_size=1, max_overflow=0, pool_timeout=0.3) as store:
+    async with cortex.connect(
+        database.app_url, pool_size=1, max_overflow=0, pool_timeout=0.3
+    ) as store:
         with use_scope(tenant):
             s = await store.create_session("bot")
-            async with anyio.create_task_group() as tg:
-                async with row_locked(owner_conn, tenant):
-                    tg.start_soon(store.append_message, s.id, NewMessage("user", "queued"))
-                    await anyio.sleep(0.1)
-                    with pytest.raises(DatabaseUnavailable, match="pool"):
-                        await store.get_session(s.id)
+            async with anyio.create_task_group() as tg, row_locked(owner_conn, tenant):
+                tg.start_soon(store.append_message, s.id, NewMessage("user", "queued"))
+                await anyio.sleep(0.1)
+                with pytest.raises(DatabaseUnavailable, match="pool"):
+                    await store.get_session(s.id)
         assert await _state(owner_conn, tenant) == (1, 1)
         await _healthy(store, tenant, s.id)
 
 
-async def test_statement_timeout(database: Database, tenant: str, owner_conn: asyncpg.Connection) -> None:
+async def test_statement_timeout(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
     async with cortex.connect(
         database.app_url, connect_args={"server_settings": {"statement_timeout": "200"}}
     ) as store:
@@ -169,7 +178,9 @@ async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
         nonlocal attempts
         attempts += 1
         if attempts < 3:
-            await conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$"))
+            await conn.execute(
+                sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40001'; END $$")
+            )
         return "ok"
 
     assert await run_transaction(store.engine, Scope("t"), flaky) == "ok"
@@ -180,7 +191,9 @@ async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
     async def hopeless(conn: AsyncConnection) -> None:
         nonlocal attempts
         attempts += 1
-        await conn.execute(sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$"))
+        await conn.execute(
+            sa.text("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '40P01'; END $$")
+        )
 
     with pytest.raises(DatabaseError):
         await run_transaction(store.engine, Scope("t"), hopeless)
@@ -197,7 +210,9 @@ async def test_real_deadlock_is_retried(store: cortex.Store, tenant: str) -> Non
     def body(first: str, second: str):  # type: ignore[no-untyped-def]  # small local closure
         async def run(conn: AsyncConnection) -> None:
             nonlocal arrived
-            stmt = sa.text("UPDATE sessions SET title = title || '.' WHERE tenant_id = :t AND id = :id")
+            stmt = sa.text(
+                "UPDATE sessions SET title = title || '.' WHERE tenant_id = :t AND id = :id"
+            )
             from cortex.ids import parse_id
 
             await conn.execute(stmt, {"t": tenant, "id": parse_id("ses", first)})
@@ -214,5 +229,7 @@ async def test_real_deadlock_is_retried(store: cortex.Store, tenant: str) -> Non
         tg.start_soon(run_transaction, store.engine, Scope(tenant), body(a.id, b.id))
         tg.start_soon(run_transaction, store.engine, Scope(tenant), body(b.id, a.id))
     with use_scope(tenant):
-        titles = sorted([(await store.get_session(a.id)).title, (await store.get_session(b.id)).title])
+        titles = sorted(
+            [(await store.get_session(a.id)).title, (await store.get_session(b.id)).title]
+        )
     assert titles == ["..", ".."]

@@ -29,7 +29,10 @@ async def test_append_and_read(store: cortex.Store, tenant: str) -> None:
                     requested_input=RequestedInput(
                         interrupt_id="i1",
                         message="Approve?",
-                        response_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+                        response_schema={
+                            "type": "object",
+                            "properties": {"ok": {"type": "boolean"}},
+                        },
                         payload={"amount": 10},
                     ),
                 ),
@@ -38,7 +41,11 @@ async def test_append_and_read(store: cortex.Store, tenant: str) -> None:
         assert [m.seq for m in first] == [1, 2]
         one = await store.append_message(
             s.id,
-            NewMessage("tool", "", function_response=FunctionResponse(id="i1", name="approve", response={"ok": True})),
+            NewMessage(
+                "tool",
+                "",
+                function_response=FunctionResponse(id="i1", name="approve", response={"ok": True}),
+            ),
         )
         assert one.seq == 3
         got = await store.get_session(s.id)
@@ -103,7 +110,8 @@ async def test_all_or_nothing_and_limits(
             await store.append_messages(s.id, [NewMessage("user", "ok")] * 1001)
         with pytest.raises(InvalidInput):
             await store.append_messages(
-                s.id, [NewMessage("user", "ok"), NewMessage.model_construct(role="user", content="\x00")]
+                s.id,
+                [NewMessage("user", "ok"), NewMessage.model_construct(role="user", content="\x00")],
             )
         with pytest.raises(InvalidInput):
             await store.append_messages(s.id, ["not a message"])  # type: ignore[list-item]  # proving the refusal
@@ -114,14 +122,22 @@ async def test_all_or_nothing_and_limits(
         with pytest.raises(InvalidInput):
             await store.list_messages(s.id, after_seq=-1)
         assert (await store.get_session(s.id)).message_count == 0
-    assert await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant) == 0
+    assert (
+        await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant) == 0
+    )
 
 
-async def test_big_batch_in_one_statement(store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection) -> None:
+async def test_big_batch_in_one_statement(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
     with use_scope(tenant):
         s = await store.create_session("bot")
-        stored = await store.append_messages(s.id, [NewMessage("user", str(i)) for i in range(1000)])
+        stored = await store.append_messages(
+            s.id, [NewMessage("user", str(i)) for i in range(1000)]
+        )
     assert [m.seq for m in stored] == list(range(1, 1001))
     assert [m.content for m in stored] == [str(i) for i in range(1000)]
-    count = await owner_conn.fetchval("SELECT message_count FROM sessions WHERE tenant_id = $1", tenant)
+    count = await owner_conn.fetchval(
+        "SELECT message_count FROM sessions WHERE tenant_id = $1", tenant
+    )
     assert count == 1000

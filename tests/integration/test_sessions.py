@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import pytest
 
@@ -77,7 +79,16 @@ async def test_update_writes_exactly_the_host_owned_columns(
     assert after.title == "new"
     assert after.metadata == {"v": 2}
     assert after.updated_at > before.updated_at
-    unchanged = ("id", "agent_id", "scope", "message_count", "last_message", "is_default", "backfilled_by", "created_at")
+    unchanged = (
+        "id",
+        "agent_id",
+        "scope",
+        "message_count",
+        "last_message",
+        "is_default",
+        "backfilled_by",
+        "created_at",
+    )
     for field in unchanged:
         assert getattr(after, field) == getattr(before, field), field
     row = await owner_conn.fetchrow(
@@ -85,6 +96,7 @@ async def test_update_writes_exactly_the_host_owned_columns(
         "FROM sessions WHERE tenant_id = $1",
         tenant,
     )
+    assert row is not None
     assert dict(row) == {
         "agent_id": "bot",
         "scope": f"{tenant}/x",
@@ -118,7 +130,9 @@ async def test_delete_removes_messages(
             await store.get_session(s.id)
         with pytest.raises(NotFound):
             await store.delete_session(s.id)
-    assert await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant) == 0
+    assert (
+        await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant) == 0
+    )
 
 
 async def _seed_tree(store: cortex.Store, tenant: str) -> dict[str, list[str]]:
@@ -267,7 +281,7 @@ async def test_set_default_switches(store: cortex.Store, tenant: str) -> None:
 async def test_create_limits_write_nothing(
     store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
 ) -> None:
-    bad_calls = [
+    bad_calls: list[dict[str, Any]] = [
         {"agent_id": ""},
         {"agent_id": "a b"},
         {"agent_id": "x" * 129},
@@ -285,7 +299,9 @@ async def test_create_limits_write_nothing(
         for bad_id in ("", "nope", "ses_" + "z" * 26):
             with pytest.raises(InvalidInput):
                 await store.get_session(bad_id)
-    assert await owner_conn.fetchval("SELECT count(*) FROM sessions WHERE tenant_id = $1", tenant) == 0
+    assert (
+        await owner_conn.fetchval("SELECT count(*) FROM sessions WHERE tenant_id = $1", tenant) == 0
+    )
 
 
 async def test_no_scope_no_call(store: cortex.Store) -> None:

@@ -7,6 +7,7 @@ and every write commits for real.
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 
 import anyio
 import asyncpg
@@ -18,7 +19,7 @@ from tests.conftest import Database, asyncpg_dsn
 
 
 @pytest.fixture
-async def app_conn(database: Database) -> asyncpg.Connection:
+async def app_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(asyncpg_dsn(database.app_url))
     try:
         yield conn
@@ -128,7 +129,7 @@ async def test_concurrent_requests_never_cross(store: cortex.Store) -> None:
             for _ in range(5):
                 await store.append_message(s.id, NewMessage("user", t))
                 for seen in await store.list_sessions(ListFilter(limit=1000)):
-                    if seen.title != t or not seen.scope.tenant == t:
+                    if seen.title != t or seen.scope.tenant != t:
                         leaks.append(f"{t} saw {seen.title}")
                 for m in await store.list_messages(s.id):
                     if m.content != t:

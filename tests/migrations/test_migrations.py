@@ -19,10 +19,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from alembic import command
 from alembic.script import ScriptDirectory
 
 import cortex
+from alembic import command
 from cortex import NewMessage, use_scope
 from cortex._db import SCHEMA_REVISION
 from cortex.migrate import alembic_config, downgrade, grant_sql, script_location, upgrade
@@ -72,7 +72,8 @@ def test_history_shape() -> None:
     ]
     for rev in revisions:
         assert re.fullmatch(r"\d{14}", rev.revision), rev.revision
-        assert rev.module.__doc__ and "Why it exists" in rev.module.__doc__, rev.revision
+        assert rev.module.__doc__, rev.revision
+        assert "Why it exists" in rev.module.__doc__, rev.revision
 
 
 def test_round_trip_and_no_drift(blank_db: str) -> None:
@@ -81,7 +82,10 @@ def test_round_trip_and_no_drift(blank_db: str) -> None:
     command.check(alembic_config(blank_db))  # raises on drift between _tables and the migrations
     downgrade(blank_db, "base")
     assert current(blank_db) == []
-    tables = {r["tablename"] for r in fetch(blank_db, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    tables = {
+        r["tablename"]
+        for r in fetch(blank_db, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    }
     assert tables == {"alembic_version"}
     upgrade(blank_db)
     assert current(blank_db) == [SCHEMA_REVISION]
@@ -112,7 +116,8 @@ def test_offline_sql_for_review() -> None:
     assert "CREATE TABLE messages" in sql
     assert "CREATE TABLE sessions" in sql
     assert "uq_sessions_default" in sql
-    assert "backfilled_by" in sql and "'20260824000004'" in sql
+    assert "backfilled_by" in sql
+    assert "'20260824000004'" in sql
     assert "FORCE ROW LEVEL SECURITY" in sql
 
 
@@ -182,7 +187,9 @@ def _sessions(url: str) -> dict[tuple[str, str], asyncpg.Record]:
 
 
 def _messages(url: str, session_id: uuid.UUID) -> list[tuple[int, str]]:
-    rows = fetch(url, "SELECT seq, content FROM messages WHERE session_id = $1 ORDER BY seq", session_id)
+    rows = fetch(
+        url, "SELECT seq, content FROM messages WHERE session_id = $1 ORDER BY seq", session_id
+    )
     return [(r["seq"], r["content"]) for r in rows]
 
 
@@ -205,8 +212,14 @@ def _check_backfilled(url: str, existing: str) -> None:
     assert u1["created_at"] == T0 + timedelta(minutes=1)
     assert u1["updated_at"] == T0 + timedelta(minutes=5)
     assert u1["id"].version == 7
-    assert u1["scope_depth"] == 3 and u1["scope_l2"] == "acme/support"
-    assert _messages(url, u1["id"]) == [(1, "hello"), (2, "hi there"), (3, "in between"), (4, "bye")]
+    assert u1["scope_depth"] == 3
+    assert u1["scope_l2"] == "acme/support"
+    assert _messages(url, u1["id"]) == [
+        (1, "hello"),
+        (2, "hi there"),
+        (3, "in between"),
+        (4, "bye"),
+    ]
     assert sessions[("bot", "acme")]["scope_l2"] is None
     assert sessions[("bot", "acme-corp")]["tenant_id"] == "acme-corp"
     assert sessions[("bot", "globex/team")]["last_message"] == "x" * 256
@@ -257,7 +270,8 @@ def test_backfill_then_downgrade_then_again(blank_db: str) -> None:
 def _backfill_module() -> ModuleType:
     path = next((script_location() / "versions").glob(f"{BACKFILL}_*.py"))
     spec = importlib.util.spec_from_file_location("backfill_rev", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -268,21 +282,28 @@ def test_backfill_restarts_after_partial_run_and_is_idempotent(blank_db: str) ->
     _legacy(blank_db, LEGACY)
     upgrade(blank_db, "20260824000003")
     existing = _seed_existing_default(blank_db)
-    batch_sql = _backfill_module()._BATCH.replace(":after_tenant", "''").replace(
-        ":after_agent", "''"
-    ).replace(":after_scope", "''").replace(":revision", f"'{BACKFILL}'").replace(":batch", "2")
+    batch_sql = (
+        _backfill_module()
+        ._BATCH.replace(":after_tenant", "''")
+        .replace(":after_agent", "''")
+        .replace(":after_scope", "''")
+        .replace(":revision", f"'{BACKFILL}'")
+        .replace(":batch", "2")
+    )
     # A crashed deploy: two committed batches, then nothing.
     for _ in range(2):
         execute(blank_db, batch_sql)
     assert len(_sessions(blank_db)) > 1
     config = alembic_config(blank_db)
-    config.cmd_opts = type("Opts", (), {"x": ["backfill_batch=1"]})()  # type: ignore[assignment]  # alembic reads .x only
+    config.cmd_opts = type("Opts", (), {"x": ["backfill_batch=1"]})()  # alembic reads .x only
     command.upgrade(config, "head")
     _check_backfilled(blank_db, existing)
     # Running the batch again finds nothing to do.
     before = fetch(blank_db, "SELECT id, message_count, updated_at FROM sessions ORDER BY id")
     execute(blank_db, batch_sql)
-    assert fetch(blank_db, "SELECT id, message_count, updated_at FROM sessions ORDER BY id") == before
+    assert (
+        fetch(blank_db, "SELECT id, message_count, updated_at FROM sessions ORDER BY id") == before
+    )
 
 
 async def test_backfilled_sessions_serve_through_the_store(blank_db: str, server_url: str) -> None:
@@ -295,7 +316,9 @@ async def test_backfilled_sessions_serve_through_the_store(blank_db: str, server
     await admin(server_url, f'CREATE ROLE "{role}" LOGIN')
     try:
         await admin(blank_db, *grant_sql(role))
-        async with cortex.connect(with_database(blank_db, blank_db.rsplit("/", 1)[1], user=role)) as store:
+        async with cortex.connect(
+            with_database(blank_db, blank_db.rsplit("/", 1)[1], user=role)
+        ) as store:
             with use_scope("acme/support/u1"):
                 default = await store.resolve_session("bot")
                 assert default.backfilled_by == BACKFILL
@@ -315,7 +338,18 @@ async def test_backfilled_sessions_serve_through_the_store(blank_db: str, server
 def test_wheel_carries_the_migrations(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(root)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(root),
+        ],
         check=True,
     )
     wheel = next(tmp_path.glob("*.whl"))

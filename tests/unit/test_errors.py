@@ -14,7 +14,9 @@ class _Orig(Exception):
 
 
 def _dbapi(sqlstate: str | None, *, invalidated: bool = False) -> sqlalchemy.exc.DBAPIError:
-    return sqlalchemy.exc.DBAPIError("SELECT 1", None, _Orig(sqlstate), connection_invalidated=invalidated)
+    return sqlalchemy.exc.DBAPIError(
+        "SELECT 1", None, _Orig(sqlstate), connection_invalidated=invalidated
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ from cortex import ListFilter, Scope
 from cortex._filters import page, session_predicate, subtree_clause
 from cortex._tables import sessions
 
+_PG = postgresql.asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
-def sql(clause: sa.ColumnElement[bool] | sa.Select[tuple[int]]) -> str:
-    return str(clause.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+
+def sql(clause: sa.ClauseElement) -> str:
+    return str(clause.compile(dialect=_PG, compile_kwargs={"literal_binds": True}))
 
 
 def test_depth_one_is_the_tenant() -> None:
@@ -51,11 +53,17 @@ def test_every_option_adds_one_condition() -> None:
 
 def test_count_gets_no_pagination() -> None:
     flt = ListFilter(limit=5, offset=10)
-    count = sa.select(sa.func.count()).select_from(sessions).where(
-        session_predicate(Scope.parse("acme"), flt)
+    count = (
+        sa.select(sa.func.count())
+        .select_from(sessions)
+        .where(session_predicate(Scope.parse("acme"), flt))
     )
     assert "LIMIT" not in sql(count)
-    listing = page(sa.select(sessions.c.id).where(session_predicate(Scope.parse("acme"), flt)), limit=5, offset=10)
+    listing = page(
+        sa.select(sessions.c.id).where(session_predicate(Scope.parse("acme"), flt)),
+        limit=5,
+        offset=10,
+    )
     text = sql(listing)
     assert "ORDER BY sessions.updated_at DESC, sessions.id DESC" in text
     assert "LIMIT 5 OFFSET 10" in text

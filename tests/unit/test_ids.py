@@ -19,7 +19,14 @@ def test_round_trip_and_sortable() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "ses_", "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz", "ses_01M8N5V2K0ECC9EHF091KVPG8H", "x" * 500, "ses_01m8n5v2k0ecc9ehf091kvpg8"],
+    [
+        "",
+        "ses_",
+        "ses_zzzzzzzzzzzzzzzzzzzzzzzzzz",
+        "ses_01M8N5V2K0ECC9EHF091KVPG8H",
+        "x" * 500,
+        "ses_01m8n5v2k0ecc9ehf091kvpg8",
+    ],
 )
 def test_malformed(text: str) -> None:
     with pytest.raises(InvalidInput):

@@ -72,7 +72,16 @@ def test_deep_and_huge_json_refused() -> None:
 def test_list_filter_limits() -> None:
     assert ListFilter().page_size == 50
     assert ListFilter(limit=1000).page_size == 1000
-    for bad in ({"limit": -1}, {"limit": 1001}, {"offset": -1}, {"search": "x" * 201}, {"search": "\x00"}, {"agent_id": "a b"}, {"agent_id": ""}, {"agent_id": "x" * 129}):
+    for bad in (
+        {"limit": -1},
+        {"limit": 1001},
+        {"offset": -1},
+        {"search": "x" * 201},
+        {"search": "\x00"},
+        {"agent_id": "a b"},
+        {"agent_id": ""},
+        {"agent_id": "x" * 129},
+    ):
         with pytest.raises(InvalidInput):
             ListFilter(**bad)
     ListFilter(search="x" * 200, agent_id="x" * 128)

@@ -1,0 +1,260 @@
+"""The ``cortex`` command line: ``main(argv) -> int``.
+
+Errors print one line to stderr and return a non-zero exit code, never a
+traceback:
+
+====  =====================================================
+code  meaning
+====  =====================================================
+0     success
+1     any other cortex error (the database refused, a conflict)
+2     bad usage or invalid input
+3     not found
+4     database unavailable (unreachable, missing, login refused)
+5     schema mismatch: run ``cortex db upgrade``
+====  =====================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+from rich.console import Console
+from rich.table import Table
+
+from alembic import command
+from cortex import migrate
+from cortex._db import SCHEMA_REVISION, make_engine
+from cortex.errors import (
+    CortexError,
+    DatabaseUnavailable,
+    InvalidInput,
+    NotFound,
+    SchemaMismatch,
+    translate_errors,
+)
+
+__all__ = ["main"]
+
+ENV_URL: Final = "CORTEX_DATABASE_URL"
+
+EXIT_OK: Final = 0
+EXIT_ERROR: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_NOT_FOUND: Final = 3
+EXIT_UNAVAILABLE: Final = 4
+EXIT_SCHEMA: Final = 5
+
+_EXIT_CODES: Final[tuple[tuple[type[CortexError], int], ...]] = (
+    (InvalidInput, EXIT_USAGE),
+    (NotFound, EXIT_NOT_FOUND),
+    (DatabaseUnavailable, EXIT_UNAVAILABLE),
+    (SchemaMismatch, EXIT_SCHEMA),
+)
+
+
+class _UsageError(Exception):
+    """A command-line mistake; printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own would exit; we return a code
+        raise _UsageError(message)
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    url: str | None = args.database_url or os.environ.get(ENV_URL)
+    if not url:
+        raise _UsageError(f"no database: pass --database-url or set {ENV_URL}")
+    return url
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(migrate.alembic_config())
+
+
+async def _read_revision(url: str) -> list[str]:
+    engine = make_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with translate_errors():
+            async with engine.connect() as conn:
+                exists = await conn.scalar(
+                    sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")
+                )
+                if not exists:
+                    return []
+                rows = await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+                return list(rows.scalars())
+    finally:
+        await engine.dispose()
+
+
+def _run_alembic(action: Callable[[], None]) -> None:
+    """Run an Alembic command; database errors become CortexError."""
+    with translate_errors():
+        action()
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    url = _database_url(args)
+    config = migrate.alembic_config(url)
+    if args.backfill_batch:
+        config.cmd_opts = argparse.Namespace(x=[f"backfill_batch={args.backfill_batch}"])
+    _run_alembic(lambda: command.upgrade(config, args.revision))
+    print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    return EXIT_OK
+
+
+def cmd_downgrade(args: argparse.Namespace) -> int:
+    url = _database_url(args)
+    _run_alembic(lambda: command.downgrade(migrate.alembic_config(url), args.revision))
+    print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    return EXIT_OK
+
+
+def cmd_current(args: argparse.Namespace) -> int:
+    found = asyncio.run(_read_revision(_database_url(args)))
+    state = {
+        "revision": found[0] if len(found) == 1 else (found or None),
+        "expected": SCHEMA_REVISION,
+        "up_to_date": found == [SCHEMA_REVISION],
+    }
+    if args.json:
+        _emit_json(state)
+    else:
+        have = ", ".join(found) or "base (no cortex schema)"
+        verdict = "up to date" if state["up_to_date"] else "run `cortex db upgrade`"
+        print(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    revisions = list(reversed(list(_script().walk_revisions())))
+    rows = [
+        {
+            "revision": rev.revision,
+            "down_revision": rev.down_revision,
+            "title": (rev.doc or "").strip().splitlines()[0] if rev.doc else "",
+        }
+        for rev in revisions
+    ]
+    if args.json:
+        _emit_json(rows)
+        return EXIT_OK
+    table = Table(title="cortex migrations")
+    table.add_column("revision")
+    table.add_column("title")
+    for row in rows:
+        table.add_row(str(row["revision"]), str(row["title"]))
+    Console().print(table)
+    return EXIT_OK
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    url = args.database_url or os.environ.get(ENV_URL) or "postgresql://offline@localhost/cortex"
+    config = migrate.alembic_config(url)
+    buffer = io.StringIO()
+    config.stdout = buffer
+    with contextlib.redirect_stdout(buffer):
+        command.upgrade(config, args.revision, sql=True)
+    sys.stdout.write(buffer.getvalue())
+    return EXIT_OK
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    statements = migrate.grant_sql(args.role)
+    if args.print_only:
+        print(";\n".join(statements) + ";")
+        return EXIT_OK
+
+    async def run() -> None:
+        engine = make_engine(_database_url(args), poolclass=sa.pool.NullPool)
+        try:
+            with translate_errors():
+                async with engine.begin() as conn:
+                    for statement in statements:
+                        await conn.execute(sa.text(statement))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    print(f"granted {args.role} what the cortex application role needs")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests)."""
+    parser = _Parser(prog="cortex", description="cortex: scoped session store for agent backends")
+    parser.add_argument(
+        "--database-url", help=f"PostgreSQL URL (default: ${ENV_URL}); the database must exist"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    db = commands.add_parser("db", help="schema migrations (Alembic)")
+    db_commands = db.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
+    up = db_commands.add_parser("upgrade", help="upgrade to a revision (default: head)")
+    up.add_argument("revision", nargs="?", default="head")
+    up.add_argument("--backfill-batch", type=int, help="conversations per backfill batch")
+    up.set_defaults(func=cmd_upgrade)
+    down = db_commands.add_parser("downgrade", help="downgrade to a revision (e.g. -1, base)")
+    down.add_argument("revision")
+    down.set_defaults(func=cmd_downgrade)
+    cur = db_commands.add_parser("current", help="the database's revision")
+    cur.add_argument("--json", action="store_true")
+    cur.set_defaults(func=cmd_current)
+    hist = db_commands.add_parser("history", help="every revision, oldest first")
+    hist.add_argument("--json", action="store_true")
+    hist.set_defaults(func=cmd_history)
+    sql = db_commands.add_parser("sql", help="print the upgrade as SQL for review (offline)")
+    sql.add_argument("revision", nargs="?", default="head", help="revision or range (a:b)")
+    sql.set_defaults(func=cmd_sql)
+    grant = db_commands.add_parser(
+        "grant", help="grant an application role what cortex needs (run as the owner)"
+    )
+    grant.add_argument("role")
+    grant.add_argument("--print-only", action="store_true", help="print the SQL, run nothing")
+    grant.set_defaults(func=cmd_grant)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.func(args)
+    except _UsageError as exc:
+        print(f"cortex: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except CortexError as exc:
+        print(f"cortex: error: {exc}", file=sys.stderr)
+        return next((c for cls, c in _EXIT_CODES if isinstance(exc, cls)), EXIT_ERROR)
+    except KeyboardInterrupt:
+        print("cortex: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: still one line, never a traceback
+        if os.environ.get("CORTEX_DEBUG"):
+            raise
+        print(f"cortex: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
