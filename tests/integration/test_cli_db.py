@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from cortex._db import SCHEMA_REVISION
+from cortex.cli import EXIT_SCHEMA, EXIT_UNAVAILABLE, main
+from tests.conftest import admin, with_database
+
+
+@pytest.fixture
+def blank_url(server_url: str) -> Iterator[str]:
+    name = f"cortex_c_{uuid.uuid4().hex[:10]}"
+    asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
+    yield with_database(server_url, name)
+    asyncio.run(admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_upgrade_current_downgrade(blank_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", blank_url, "db", "current", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["up_to_date"] is False
+    assert main(["--database-url", blank_url, "db", "upgrade"]) == 0
+    assert SCHEMA_REVISION in capsys.readouterr().out
+    assert main(["--database-url", blank_url, "db", "current", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "revision": SCHEMA_REVISION,
+        "expected": SCHEMA_REVISION,
+        "up_to_date": True,
+    }
+    assert main(["--database-url", blank_url, "db", "downgrade", "20260824000003"]) == 0
+    assert "20260824000003" in capsys.readouterr().out
+
+
+def test_typo_in_database_name_is_an_error(
+    blank_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = blank_url + "x"
+    assert main(["--database-url", typo, "db", "upgrade"]) == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "does not exist" in err
+    assert "Traceback" not in err
+
+
+def test_console_script_runs_without_traceback(blank_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "cortex.cli", "--database-url", blank_url + "x", "db", "current"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == EXIT_UNAVAILABLE
+    assert done.stderr.strip().startswith("cortex: error:")
+    assert "Traceback" not in done.stderr
+
+
+def test_store_on_old_schema_says_upgrade(blank_url: str) -> None:
+    import cortex
+
+    main(["--database-url", blank_url, "db", "upgrade", "20260824000003"])
+
+    async def open_store() -> None:
+        async with cortex.connect(blank_url):
+            pass
+
+    with pytest.raises(cortex.SchemaMismatch, match="cortex db upgrade"):
+        asyncio.run(open_store())
+    assert EXIT_SCHEMA == 5
