@@ -3,16 +3,23 @@
 List, count and iter share :func:`session_predicate`; pagination is a separate
 step (:func:`page`), so a count can never receive a limit or an offset by
 construction. Every statement that touches ``sessions`` gets its tenant and
-scope condition from :func:`visible`: there is no second place that writes it.
+scope condition from :func:`visible` or :func:`exact_clause`: there is no
+second place that writes it.
+
+Clauses are built from named bind parameters, never from values, so each
+statement *shape* is built and compiled once and then reused with new
+parameters (:func:`scope_params`, :func:`filter_params`). Building a Core
+statement per call cost more CPU than the database spent running it.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TypeVarTuple
+from typing import Any, Final, NamedTuple, TypeVarTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from cortex._tables import sessions
@@ -21,12 +28,15 @@ from cortex.scope import SEPARATOR, Scope
 
 __all__ = [
     "ORDER",
+    "FilterShape",
     "after_cursor",
-    "agent_clause",
-    "default_clause",
+    "depth_class",
+    "escape_like",
     "exact_clause",
+    "filter_params",
+    "filter_shape",
     "page",
-    "search_clause",
+    "scope_params",
     "session_predicate",
     "subtree_clause",
     "visible",
@@ -36,97 +46,152 @@ _Ts = TypeVarTuple("_Ts")
 
 # The listing order: newest activity first, id as the unique tie-breaker. Both
 # keys descend, matching every listing index, so a page is one ordered scan.
-ORDER = (sessions.c.updated_at.desc(), sessions.c.id.desc())
+ORDER: Final = (sessions.c.updated_at.desc(), sessions.c.id.desc())
 
 # The character just above "/" in byte order. In the "C" collation the paths
 # strictly beneath p are exactly those in [p + "/", p + "0").
-_AFTER_SEPARATOR = chr(ord(SEPARATOR) + 1)
+_AFTER_SEPARATOR: Final = chr(ord(SEPARATOR) + 1)
+LIKE_ESCAPE: Final = "/"
 
 
-def exact_clause(scope: Scope) -> ColumnElement[bool]:
-    """Sessions stored at exactly ``scope``."""
-    return sa.and_(sessions.c.tenant_id == scope.tenant, sessions.c.scope == str(scope))
+def _text(name: str) -> sa.BindParameter[str]:
+    return sa.bindparam(name, type_=sa.Text())
 
 
-def subtree_clause(scope: Scope) -> ColumnElement[bool]:
-    """Sessions at ``scope`` or beneath it, matching whole segments only.
+def depth_class(scope: Scope) -> int:
+    """Which subtree predicate serves ``scope``: 1 (tenant), 2 (scope_l2) or 3 (range)."""
+    return min(scope.depth, 3)
 
-    Depth 1 is the whole tenant and depth 2 an equality on ``scope_l2``: both
-    are served by an index ordered like the listing. Deeper subtrees are a byte
-    range on the path, served by the exact-scope index: ``acme`` never matches
-    ``acme-corp`` because the range starts at ``acme/``.
-    """
-    tenant = sessions.c.tenant_id == scope.tenant
-    if scope.depth == 1:
-        return tenant
-    if scope.depth == 2:
-        return sa.and_(tenant, sessions.c.scope_depth >= 2, sessions.c.scope_l2 == str(scope))
+
+def scope_params(scope: Scope, key: str = "scope") -> dict[str, Any]:
+    """Bind values for the clauses built with the same ``key``."""
     path = str(scope)
+    return {
+        f"{key}_tenant": scope.tenant,
+        f"{key}_path": path,
+        f"{key}_lo": path + SEPARATOR,
+        f"{key}_hi": path + _AFTER_SEPARATOR,
+    }
+
+
+def exact_clause(key: str = "scope") -> ColumnElement[bool]:
+    """Sessions stored at exactly the scope bound under ``key``."""
+    return sa.and_(
+        sessions.c.tenant_id == _text(f"{key}_tenant"),
+        sessions.c.scope == _text(f"{key}_path"),
+    )
+
+
+def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
+    """Sessions at the scope bound under ``key`` or beneath it, by whole segments.
+
+    ``depth`` is :func:`depth_class` of that scope. Depth 1 is the whole tenant
+    and depth 2 an equality on ``scope_l2``: both are served by an index
+    ordered like the listing. Deeper subtrees are a byte range on the path,
+    served by the exact-scope index: ``acme/a`` never matches ``acme/a-b``
+    because the range starts at ``acme/a/``.
+    """
+    tenant = sessions.c.tenant_id == _text(f"{key}_tenant")
+    if depth == 1:
+        return tenant
+    if depth == 2:
+        return sa.and_(
+            tenant, sessions.c.scope_depth >= 2, sessions.c.scope_l2 == _text(f"{key}_path")
+        )
     return sa.and_(
         tenant,
         sa.or_(
-            sessions.c.scope == path,
+            sessions.c.scope == _text(f"{key}_path"),
             sa.and_(
-                sessions.c.scope >= path + SEPARATOR,
-                sessions.c.scope < path + _AFTER_SEPARATOR,
+                sessions.c.scope >= _text(f"{key}_lo"),
+                sessions.c.scope < _text(f"{key}_hi"),
             ),
         ),
     )
 
 
-def visible(scope: Scope) -> ColumnElement[bool]:
-    """Sessions a caller bound to ``scope`` may see: its own scope and beneath."""
-    return subtree_clause(scope)
+def visible(depth: int) -> ColumnElement[bool]:
+    """Sessions a caller bound to the scope may see: its own scope and beneath."""
+    return subtree_clause(depth)
 
 
-def agent_clause(agent_id: str) -> ColumnElement[bool]:
-    """Sessions of one agent."""
-    return sessions.c.agent_id == agent_id
+def escape_like(term: str) -> str:
+    """``%term%`` for ILIKE ... ESCAPE '/', with ``%``, ``_`` and ``/`` taken literally."""
+    escaped = (
+        term.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2)
+        .replace("%", LIKE_ESCAPE + "%")
+        .replace("_", LIKE_ESCAPE + "_")
+    )
+    return f"%{escaped}%"
 
 
-def default_clause() -> ColumnElement[bool]:
-    """Default sessions only."""
-    return sessions.c.is_default
+class FilterShape(NamedTuple):
+    """What a listing's SQL depends on; the values travel as parameters."""
+
+    depth: int
+    exact: bool
+    agent: bool
+    default_only: bool
+    search: bool
 
 
-def search_clause(term: str) -> ColumnElement[bool]:
-    """Case-insensitive substring of title or last_message; wildcards taken literally.
-
-    ``icontains(autoescape=True)`` escapes ``%``, ``_`` and the escape
-    character itself and renders ``ILIKE '%' || :term || '%' ESCAPE '/'``,
-    which the trigram GIN indexes serve.
-    """
-    return sa.or_(
-        sessions.c.title.icontains(term, autoescape=True),
-        sessions.c.last_message.icontains(term, autoescape=True),
+def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
+    """The statement shape for a scope and filter."""
+    return FilterShape(
+        depth_class(scope), flt.exact, flt.agent_id is not None, flt.default_only, bool(flt.search)
     )
 
 
-def session_predicate(scope: Scope, flt: ListFilter) -> ColumnElement[bool]:
-    """The one WHERE clause list, count and iter share."""
-    conditions = [exact_clause(scope) if flt.exact else subtree_clause(scope)]
+def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
+    """Bind values for :func:`session_predicate`."""
+    params = scope_params(scope)
     if flt.agent_id is not None:
-        conditions.append(agent_clause(flt.agent_id))
-    if flt.default_only:
-        conditions.append(default_clause())
+        params["agent_id"] = flt.agent_id
     if flt.search:
-        conditions.append(search_clause(flt.search))
+        params["search_pattern"] = escape_like(flt.search)
+    return params
+
+
+def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
+    """The one WHERE clause list, count and iter share.
+
+    Search is ``ILIKE :pattern ESCAPE '/'`` on title or last_message, served
+    by the trigram GIN indexes and always ANDed with the scope predicate.
+    """
+    conditions = [exact_clause() if shape.exact else subtree_clause(shape.depth)]
+    if shape.agent:
+        conditions.append(sessions.c.agent_id == _text("agent_id"))
+    if shape.default_only:
+        conditions.append(sessions.c.is_default)
+    if shape.search:
+        pattern = _text("search_pattern")
+        conditions.append(
+            sa.or_(
+                sessions.c.title.ilike(pattern, escape=LIKE_ESCAPE),
+                sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
+            )
+        )
     return sa.and_(*conditions)
 
 
-def after_cursor(updated_at: datetime, session_id: uuid.UUID) -> ColumnElement[bool]:
-    """Rows after a keyset cursor in listing order.
+def after_cursor() -> ColumnElement[bool]:
+    """Rows after the keyset cursor (``after_updated_at``, ``after_id``) in listing order.
 
     A row-value comparison, which the btree uses as a single index bound (an
     OR-expanded form would not be).
     """
     return sa.tuple_(sessions.c.updated_at, sessions.c.id) < sa.tuple_(
-        sa.literal(updated_at, sessions.c.updated_at.type),
-        sa.literal(session_id, sessions.c.id.type),
+        sa.bindparam("after_updated_at", type_=sa.DateTime(timezone=True)),
+        sa.bindparam("after_id", type_=UUID(as_uuid=True)),
     )
 
 
-def page(stmt: sa.Select[*_Ts], *, limit: int, offset: int = 0) -> sa.Select[*_Ts]:
-    """Apply the listing order and a page to a select built on session_predicate."""
-    stmt = stmt.order_by(*ORDER).limit(limit)
-    return stmt.offset(offset) if offset else stmt
+def cursor_params(updated_at: datetime, session_id: uuid.UUID) -> dict[str, Any]:
+    """Bind values for :func:`after_cursor`."""
+    return {"after_updated_at": updated_at, "after_id": session_id}
+
+
+def page(stmt: sa.Select[*_Ts], *, offset: bool) -> sa.Select[*_Ts]:
+    """Apply the listing order and a ``:limit`` (and ``:offset``) page to a select."""
+    stmt = stmt.order_by(*ORDER).limit(sa.bindparam("limit", type_=sa.Integer()))
+    return stmt.offset(sa.bindparam("offset", type_=sa.Integer())) if offset else stmt

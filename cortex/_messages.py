@@ -6,13 +6,14 @@ Plain ``async def`` functions taking ``(conn, scope, ...)``; no commits.
 from __future__ import annotations
 
 import uuid
+from functools import cache
 from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cortex._filters import visible
+from cortex._filters import depth_class, scope_params, visible
 from cortex._sessions import select_session
 from cortex._tables import messages, sessions
 from cortex.errors import NotFound
@@ -64,7 +65,12 @@ def _json_or_none(value: RequestedInput | FunctionResponse | None, field: str) -
     return None if value is None else check_json(value.model_dump(mode="json"), field)
 
 
-def _append_statement(scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]) -> sa.Insert:
+def _array(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=ARRAY(item))
+
+
+@cache
+def _append_statement(depth: int) -> sa.Insert:
     """One statement: raise the counter under the row lock, then insert the rows.
 
     The UPDATE runs first (a data-modifying CTE) and takes the session's row
@@ -76,13 +82,13 @@ def _append_statement(scope: Scope, session_id: uuid.UUID, batch: list[NewMessag
     hot session). If the session is not visible the UPDATE matches nothing
     and so does the INSERT.
     """
-    n = len(batch)
+    n = sa.bindparam("batch_size", type_=sa.Integer())
     touched = (
         sa.update(sessions)
-        .where(visible(scope), sessions.c.id == session_id)
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
         .values(
             message_count=sessions.c.message_count + n,
-            last_message=batch[-1].preview(),
+            last_message=sa.bindparam("preview", type_=sa.Text()),
             # greatest(): appends queue on the row lock, so a later statement
             # must never move updated_at backwards.
             updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
@@ -94,23 +100,13 @@ def _append_statement(scope: Scope, session_id: uuid.UUID, batch: list[NewMessag
     )
     rows = (
         sa.func.unnest(
-            sa.bindparam("ids", [new_uuid() for _ in batch], type_=ARRAY(UUID(as_uuid=True))),
-            sa.bindparam("roles", [m.role for m in batch], type_=ARRAY(sa.Text())),
-            sa.bindparam("contents", [m.content for m in batch], type_=ARRAY(sa.Text())),
-            sa.bindparam("authors", [m.author for m in batch], type_=ARRAY(sa.Text())),
-            sa.bindparam(
-                "requested",
-                [_json_or_none(m.requested_input, "requested_input") for m in batch],
-                type_=ARRAY(sa.Text()),
-            ),
-            sa.bindparam(
-                "responses",
-                [_json_or_none(m.function_response, "function_response") for m in batch],
-                type_=ARRAY(sa.Text()),
-            ),
-            sa.bindparam(
-                "metas", [check_json(m.metadata, "metadata") for m in batch], type_=ARRAY(sa.Text())
-            ),
+            _array("m_ids", UUID(as_uuid=True)),
+            _array("m_roles", sa.Text()),
+            _array("m_contents", sa.Text()),
+            _array("m_authors", sa.Text()),
+            _array("m_requested", sa.Text()),
+            _array("m_responses", sa.Text()),
+            _array("m_metadata", sa.Text()),
         )
         .table_valued(
             sa.column("id", UUID(as_uuid=True)),
@@ -161,6 +157,44 @@ def _append_statement(scope: Scope, session_id: uuid.UUID, batch: list[NewMessag
     )
 
 
+def _append_params(scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]) -> dict[str, Any]:
+    return {
+        **scope_params(scope),
+        "target_id": session_id,
+        "batch_size": len(batch),
+        "preview": batch[-1].preview(),
+        "m_ids": [new_uuid() for _ in batch],
+        "m_roles": [m.role for m in batch],
+        "m_contents": [m.content for m in batch],
+        "m_authors": [m.author for m in batch],
+        "m_requested": [_json_or_none(m.requested_input, "requested_input") for m in batch],
+        "m_responses": [_json_or_none(m.function_response, "function_response") for m in batch],
+        "m_metadata": [check_json(m.metadata, "metadata") for m in batch],
+    }
+
+
+@cache
+def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    return (
+        sa.select(*_MESSAGE_COLUMNS)
+        .join(
+            sessions,
+            sa.and_(
+                sessions.c.tenant_id == messages.c.tenant_id,
+                sessions.c.id == messages.c.session_id,
+            ),
+        )
+        .where(
+            visible(depth),
+            sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+            messages.c.seq > sa.bindparam("after_seq", type_=sa.Integer()),
+        )
+        .order_by(messages.c.seq)
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
+    )
+
+
 async def append_messages(
     conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]
 ) -> list[Message]:
@@ -169,7 +203,8 @@ async def append_messages(
     Raises:
         NotFound: when the session is not visible (nothing is written).
     """
-    rows = (await conn.execute(_append_statement(scope, session_id, batch))).all()
+    stmt = _append_statement(depth_class(scope))
+    rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
     if not rows:
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
     return sorted((row_to_message(row) for row in rows), key=lambda m: m.seq)
@@ -183,25 +218,13 @@ async def list_messages(
     Raises:
         NotFound: when the session is not visible.
     """
-    stmt = (
-        sa.select(*_MESSAGE_COLUMNS)
-        .join(
-            sessions,
-            sa.and_(
-                sessions.c.tenant_id == messages.c.tenant_id,
-                sessions.c.id == messages.c.session_id,
-            ),
-        )
-        .where(
-            visible(scope),
-            messages.c.tenant_id == scope.tenant,
-            messages.c.session_id == session_id,
-            messages.c.seq > after_seq,
-        )
-        .order_by(messages.c.seq)
-        .limit(limit)
-    )
-    rows = (await conn.execute(stmt)).all()
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "after_seq": after_seq,
+        "limit": limit,
+    }
+    rows = (await conn.execute(_list_statement(depth_class(scope)), params)).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)

@@ -8,16 +8,29 @@ Every statement gets its tenant and scope condition from cortex._filters.
 from __future__ import annotations
 
 import uuid
+from functools import cache
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cortex._db import RetryTransaction
-from cortex._filters import after_cursor, exact_clause, page, session_predicate, visible
+from cortex._filters import (
+    FilterShape,
+    after_cursor,
+    cursor_params,
+    depth_class,
+    exact_clause,
+    filter_params,
+    filter_shape,
+    page,
+    scope_params,
+    session_predicate,
+    visible,
+)
 from cortex._tables import sessions
 from cortex.errors import Conflict, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
@@ -73,19 +86,127 @@ def row_to_session(row: sa.Row[*tuple[Any, ...]]) -> Session:
     )
 
 
-def json_value(text: str) -> sa.ColumnElement[Any]:
-    """Bind JSON text already validated and serialised by cortex.models as jsonb."""
-    return sa.cast(sa.literal(text, sa.Text()), JSONB())
+def json_param(name: str) -> sa.ColumnElement[Any]:
+    """A jsonb value bound as text: cortex.models already validated and serialised it."""
+    return sa.cast(sa.bindparam(name, type_=sa.Text()), JSONB())
+
+
+def _id_param(name: str = "target_id") -> sa.BindParameter[uuid.UUID]:
+    return sa.bindparam(name, type_=UUID(as_uuid=True))
 
 
 def scope_columns(scope: Scope) -> dict[str, Any]:
     """The columns derived from a session's scope, written once at insert."""
     return {
-        "tenant_id": scope.tenant,
-        "scope": str(scope),
-        "scope_depth": scope.depth,
-        "scope_l2": scope.prefix(2) if scope.depth >= 2 else None,
+        "new_tenant_id": scope.tenant,
+        "new_scope": str(scope),
+        "new_scope_depth": scope.depth,
+        "new_scope_l2": scope.prefix(2) if scope.depth >= 2 else None,
     }
+
+
+def _scope_values() -> dict[str, Any]:
+    return {
+        "tenant_id": sa.bindparam("new_tenant_id", type_=sa.Text()),
+        "scope": sa.bindparam("new_scope", type_=sa.Text()),
+        "scope_depth": sa.bindparam("new_scope_depth", type_=sa.SmallInteger()),
+        "scope_l2": sa.bindparam("new_scope_l2", type_=sa.Text()),
+    }
+
+
+# Statements are built once per shape (functools.cache) and reused with new
+# parameters; see cortex._filters.
+
+
+@cache
+def _insert_statement() -> sa.Insert:
+    return (
+        sa.insert(sessions)
+        .values(
+            id=_id_param(),
+            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
+            title=sa.bindparam("new_title", type_=sa.Text()),
+            metadata=json_param("new_metadata"),
+            is_default=sa.bindparam("new_is_default", type_=sa.Boolean()),
+            **_scope_values(),
+        )
+        .returning(*SESSION_COLUMNS)
+    )
+
+
+@cache
+def _select_statement(depth: int, for_update: bool) -> sa.Select[*tuple[Any, ...]]:
+    stmt = sa.select(*SESSION_COLUMNS).where(visible(depth), sessions.c.id == _id_param())
+    return stmt.with_for_update() if for_update else stmt
+
+
+@cache
+def _update_statement(depth: int) -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _id_param())
+        .values(
+            title=sa.bindparam("new_title", type_=sa.Text()),
+            metadata=json_param("new_metadata"),
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
+        )
+        .returning(*SESSION_COLUMNS)
+    )
+
+
+@cache
+def _delete_statement(depth: int) -> sa.Executable:
+    return (
+        sa.delete(sessions)
+        .where(visible(depth), sessions.c.id == _id_param())
+        .returning(sessions.c.id)
+    )
+
+
+@cache
+def _page_statement(
+    shape: FilterShape, *, cursor: bool, offset: bool
+) -> sa.Select[*tuple[Any, ...]]:
+    stmt = sa.select(*SESSION_COLUMNS).where(session_predicate(shape))
+    if cursor:
+        stmt = stmt.where(after_cursor())
+    return page(stmt, offset=offset)
+
+
+@cache
+def _count_statement(shape: FilterShape) -> sa.Select[int]:
+    return sa.select(sa.func.count()).select_from(sessions).where(session_predicate(shape))
+
+
+@cache
+def _resolve_insert_statement() -> sa.Insert:
+    return (
+        pg_insert(sessions)
+        .values(
+            id=_id_param(),
+            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
+            is_default=sa.true(),
+            **_scope_values(),
+        )
+        .on_conflict_do_nothing(
+            index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
+            index_where=sessions.c.is_default,
+        )
+        .returning(*SESSION_COLUMNS)
+    )
+
+
+@cache
+def _default_statement() -> sa.Select[*tuple[Any, ...]]:
+    return sa.select(*SESSION_COLUMNS).where(
+        exact_clause(),
+        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
+        sessions.c.is_default,
+    )
+
+
+def _not_found(session_id: uuid.UUID) -> NotFound:
+    return NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
 
 
 async def insert_session(
@@ -103,20 +224,16 @@ async def insert_session(
     Raises:
         Conflict: the id is taken in this tenant, or (agent, scope) already has a default.
     """
-    stmt = (
-        sa.insert(sessions)
-        .values(
-            id=session_id,
-            agent_id=agent_id,
-            title=title,
-            metadata=json_value(metadata_json),
-            is_default=is_default,
-            **scope_columns(scope),
-        )
-        .returning(*SESSION_COLUMNS)
-    )
+    params = {
+        "target_id": session_id,
+        "new_agent_id": agent_id,
+        "new_title": title,
+        "new_metadata": metadata_json,
+        "new_is_default": is_default,
+        **scope_columns(scope),
+    }
     try:
-        row = (await conn.execute(stmt)).one()
+        row = (await conn.execute(_insert_statement(), params)).one()
     except IntegrityError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
@@ -134,12 +251,10 @@ async def select_session(
     Raises:
         NotFound: missing or outside the scope (indistinguishable on purpose).
     """
-    stmt = sa.select(*SESSION_COLUMNS).where(visible(scope), sessions.c.id == session_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = (await conn.execute(stmt)).first()
+    stmt = _select_statement(depth_class(scope), for_update)
+    row = (await conn.execute(stmt, {**scope_params(scope), "target_id": session_id})).first()
     if row is None:
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+        raise _not_found(session_id)
     return row_to_session(row)
 
 
@@ -151,19 +266,15 @@ async def update_session(
     Raises:
         NotFound: when the session is not visible.
     """
-    stmt = (
-        sa.update(sessions)
-        .where(visible(scope), sessions.c.id == session_id)
-        .values(
-            title=title,
-            metadata=json_value(metadata_json),
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
-        )
-        .returning(*SESSION_COLUMNS)
-    )
-    row = (await conn.execute(stmt)).first()
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "new_title": title,
+        "new_metadata": metadata_json,
+    }
+    row = (await conn.execute(_update_statement(depth_class(scope)), params)).first()
     if row is None:
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+        raise _not_found(session_id)
     return row_to_session(row)
 
 
@@ -173,13 +284,9 @@ async def delete_session(conn: AsyncConnection, scope: Scope, session_id: uuid.U
     Raises:
         NotFound: when the session is not visible.
     """
-    stmt = (
-        sa.delete(sessions)
-        .where(visible(scope), sessions.c.id == session_id)
-        .returning(sessions.c.id)
-    )
-    if (await conn.execute(stmt)).first() is None:
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+    params = {**scope_params(scope), "target_id": session_id}
+    if (await conn.execute(_delete_statement(depth_class(scope)), params)).first() is None:
+        raise _not_found(session_id)
 
 
 async def select_page(
@@ -192,17 +299,18 @@ async def select_page(
     after: tuple[Any, uuid.UUID] | None = None,
 ) -> list[Session]:
     """One page of the listing, by offset or after a keyset cursor."""
-    stmt = sa.select(*SESSION_COLUMNS).where(session_predicate(scope, flt))
+    stmt = _page_statement(filter_shape(scope, flt), cursor=after is not None, offset=offset > 0)
+    params = {**filter_params(scope, flt), "limit": limit, "offset": offset}
     if after is not None:
-        stmt = stmt.where(after_cursor(*after))
-    rows = (await conn.execute(page(stmt, limit=limit, offset=offset))).all()
+        params.update(cursor_params(*after))
+    rows = (await conn.execute(stmt, params)).all()
     return [row_to_session(row) for row in rows]
 
 
 async def count_sessions(conn: AsyncConnection, scope: Scope, flt: ListFilter) -> int:
     """How many sessions the listing would return without limit or offset."""
-    stmt = sa.select(sa.func.count()).select_from(sessions).where(session_predicate(scope, flt))
-    return int((await conn.execute(stmt)).scalar_one())
+    stmt = _count_statement(filter_shape(scope, flt))
+    return (await conn.execute(stmt, filter_params(scope, flt))).scalar_one()
 
 
 async def resolve_default(conn: AsyncConnection, scope: Scope, agent_id: str) -> Session:
@@ -215,24 +323,40 @@ async def resolve_default(conn: AsyncConnection, scope: Scope, agent_id: str) ->
     snapshot predates that commit). If the winner was deleted in between,
     the transaction runs again.
     """
-    insert = (
-        pg_insert(sessions)
-        .values(id=new_uuid(), agent_id=agent_id, is_default=True, **scope_columns(scope))
-        .on_conflict_do_nothing(
-            index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
-            index_where=sessions.c.is_default,
-        )
-        .returning(*SESSION_COLUMNS)
-    )
-    row = (await conn.execute(insert)).first()
+    params = {
+        "target_id": new_uuid(),
+        "new_agent_id": agent_id,
+        **scope_columns(scope),
+        **scope_params(scope),
+    }
+    row = (await conn.execute(_resolve_insert_statement(), params)).first()
     if row is None:
-        existing = sa.select(*SESSION_COLUMNS).where(
-            exact_clause(scope), sessions.c.agent_id == agent_id, sessions.c.is_default
-        )
-        row = (await conn.execute(existing)).first()
+        row = (await conn.execute(_default_statement(), params)).first()
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
+
+
+@cache
+def _switch_statements(depth: int) -> tuple[sa.Update, sa.Update]:
+    """Demote the current default and promote the target, within one (agent, scope)."""
+    same_thread = sa.and_(
+        visible(depth),
+        exact_clause(key="target"),
+        sessions.c.agent_id == sa.bindparam("target_agent_id", type_=sa.Text()),
+    )
+    demote = (
+        sa.update(sessions)
+        .where(same_thread, sessions.c.is_default, sessions.c.id != _id_param())
+        .values(is_default=False)
+    )
+    promote = (
+        sa.update(sessions)
+        .where(same_thread, sessions.c.id == _id_param())
+        .values(is_default=True)
+        .returning(*SESSION_COLUMNS)
+    )
+    return demote, promote
 
 
 async def set_default(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> Session:
@@ -253,25 +377,16 @@ async def set_default(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID
         return target
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
     await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
-    same_thread = sa.and_(
-        visible(scope),
-        exact_clause(target.scope),
-        sessions.c.agent_id == target.agent_id,
-    )
-    await conn.execute(
-        sa.update(sessions)
-        .where(same_thread, sessions.c.is_default, sessions.c.id != session_id)
-        .values(is_default=False)
-    )
+    demote, promote = _switch_statements(depth_class(scope))
+    params = {
+        **scope_params(scope),
+        **scope_params(target.scope, key="target"),
+        "target_agent_id": target.agent_id,
+        "target_id": session_id,
+    }
+    await conn.execute(demote, params)
     try:
-        row = (
-            await conn.execute(
-                sa.update(sessions)
-                .where(same_thread, sessions.c.id == session_id)
-                .values(is_default=True)
-                .returning(*SESSION_COLUMNS)
-            )
-        ).one()
+        row = (await conn.execute(promote, params)).one()
     except IntegrityError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise RetryTransaction from exc

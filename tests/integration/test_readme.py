@@ -17,11 +17,13 @@ def test_quick_start_runs(database: Database, tmp_path: Path) -> None:
     assert block is not None
     code = block.group(1).replace("postgresql://app_service@db.example/app", database.app_url)
     # The last line demonstrates the error: make it assert that instead of dying.
-    code = code.replace(
-        "            await store.get_session(session.id)   # raises cortex.NotFound: another tenant",
-        "            try:\n                await store.get_session(session.id)\n"
-        "            except cortex.NotFound:\n                print('isolated')",
+    code, replaced = re.subn(
+        r"( +)await store\.get_session\(session\.id\) +# raises cortex\.NotFound.*",
+        r"\1try:\n\1    await store.get_session(session.id)\n"
+        r"\1except cortex.NotFound:\n\1    print('isolated')",
+        code,
     )
+    assert replaced == 1
     script = tmp_path / "quick_start.py"
     script.write_text(code)
     done = subprocess.run(
