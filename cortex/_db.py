@@ -15,15 +15,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import anyio
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
     DatabaseError,
+    DatabaseUnavailable,
     InvalidInput,
     SchemaMismatch,
     sqlstate_of,
@@ -45,8 +47,6 @@ MAX_ATTEMPTS: Final = 5
 _BACKOFF_SECONDS: Final = 0.005
 
 T = TypeVar("T")
-
-_BIND_TENANT: Final = sa.text(f"SELECT set_config('{TENANT_SETTING}', :tenant, true)")
 
 
 class RetryTransaction(Exception):
@@ -76,10 +76,24 @@ def normalise_url(url: str | URL) -> URL:
 CONNECT_TIMEOUT: Final = 10
 
 
-def make_engine(url: str | URL, **pool_options: Any) -> AsyncEngine:
-    """An async engine on asyncpg; ``pool_options`` go to ``create_async_engine``."""
+def make_engine(
+    url: str | URL, *, manual_transactions: bool = False, **pool_options: Any
+) -> AsyncEngine:
+    """An async engine on asyncpg; ``pool_options`` go to ``create_async_engine``.
+
+    ``manual_transactions``: SQLAlchemy never sends BEGIN/COMMIT itself
+    (AUTOCOMMIT at the driver); :func:`run_transaction` sends them, folding
+    the tenant binding into the BEGIN round trip.
+
+    Raises:
+        InvalidInput: ``isolation_level`` is passed; cortex owns transactions.
+    """
+    if "isolation_level" in pool_options:
+        raise InvalidInput("isolation_level: cortex manages its own transactions")
     connect_args = dict(pool_options.pop("connect_args", None) or {})
     connect_args.setdefault("timeout", CONNECT_TIMEOUT)
+    if manual_transactions:
+        pool_options["isolation_level"] = "AUTOCOMMIT"
     return create_async_engine(normalise_url(url), connect_args=connect_args, **pool_options)
 
 
@@ -144,6 +158,22 @@ async def run_transaction(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def _driver(conn: AsyncConnection) -> asyncpg.Connection:
+    raw = (await conn.get_raw_connection()).driver_connection
+    if not isinstance(raw, asyncpg.Connection):
+        raise DatabaseUnavailable("the pooled connection has no live asyncpg connection")
+    return raw
+
+
+def _begin_sql(scope: Scope) -> str:
+    # One simple-protocol round trip: BEGIN and the tenant binding together
+    # (a bind parameter would need the extended protocol and a second round
+    # trip). The tenant is a validated scope segment ([A-Za-z0-9._:-], no
+    # quote), so the literal cannot break out; quotes are doubled regardless.
+    tenant = scope.tenant.replace("'", "''")
+    return f"BEGIN; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
+
+
 async def _attempt(
     engine: AsyncEngine,
     scope: Scope,
@@ -157,17 +187,18 @@ async def _attempt(
     with anyio.CancelScope(shield=True):
         conn = await engine.connect()
     try:
+        driver = await _driver(conn)
         try:
-            await conn.begin()
-            # Row-level security reads this; it lives until COMMIT/ROLLBACK only,
-            # so a pooled connection never carries a tenant into its next checkout.
-            await conn.execute(_BIND_TENANT, {"tenant": scope.tenant})
+            # Row-level security reads the tenant setting; it lives until
+            # COMMIT/ROLLBACK only, so a pooled connection never carries a
+            # tenant into its next checkout.
+            await driver.execute(_begin_sql(scope))
             result = await body(conn)
             with anyio.CancelScope(shield=True):
-                await conn.commit()
+                await driver.execute("COMMIT")
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await _discard_transaction(conn)
+                await _discard_transaction(conn, driver)
             raise
     finally:
         with anyio.CancelScope(shield=True):
@@ -175,12 +206,16 @@ async def _attempt(
     return result
 
 
-async def _discard_transaction(conn: AsyncConnection) -> None:
+async def _discard_transaction(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
     """Roll back; if the connection cannot even do that, drop it from the pool."""
     try:
-        await conn.rollback()
-    except (DBAPIError, OSError):
-        await conn.invalidate()
-    except Exception:  # the driver may raise its own errors mid-cancel
+        if driver.is_closed():
+            await conn.invalidate()
+        else:
+            # Unconditionally: after a cancelled statement the client-side
+            # transaction status can lag the server's, and a connection must
+            # never return to the pool inside a (failed) transaction.
+            await driver.execute("ROLLBACK")
+    except Exception:  # the driver may raise anything mid-cancel or on a dead socket
         log.debug("rollback failed; invalidating the connection", exc_info=True)
         await conn.invalidate()

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
+import asyncpg
 import sqlalchemy.exc
 
 __all__ = [
@@ -112,9 +113,8 @@ _TIMEOUT_SQLSTATES: Final = frozenset({"57014", "55P03"})
 
 
 def sqlstate_of(exc: BaseException) -> str | None:
-    """The SQLSTATE of a SQLAlchemy-wrapped driver error, or None."""
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None)
+    """The SQLSTATE of a driver error, raw or wrapped by SQLAlchemy, or None."""
+    state = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "orig", None), "sqlstate", None)
     return state if isinstance(state, str) else None
 
 
@@ -126,6 +126,22 @@ def constraint_of(exc: BaseException) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _by_sqlstate(state: str | None) -> CortexError:
+    if state is None:
+        return DatabaseError("the database refused the operation")
+    if state.startswith("08"):
+        return DatabaseUnavailable("the database connection was lost")
+    if state == "3D000":
+        return DatabaseUnavailable("the database does not exist")
+    if state.startswith("28"):
+        return DatabaseUnavailable(f"the database refused the login (SQLSTATE {state})")
+    if state in _UNAVAILABLE_SQLSTATES:
+        return DatabaseUnavailable(f"the database is unavailable (SQLSTATE {state})")
+    if state in _TIMEOUT_SQLSTATES:
+        return OperationTimeout(f"the database cancelled the operation (SQLSTATE {state})")
+    return DatabaseError(f"the database refused the operation (SQLSTATE {state})")
+
+
 def translate(exc: BaseException) -> CortexError | None:
     """Map one database-layer exception to its cortex class, or None if it is not one."""
     if isinstance(exc, CortexError):
@@ -133,21 +149,18 @@ def translate(exc: BaseException) -> CortexError | None:
     if isinstance(exc, sqlalchemy.exc.TimeoutError):
         return DatabaseUnavailable("timed out waiting for a pooled database connection")
     if isinstance(exc, sqlalchemy.exc.DBAPIError):
-        state = sqlstate_of(exc)
-        if exc.connection_invalidated or (state is not None and state.startswith("08")):
+        if exc.connection_invalidated:
             return DatabaseUnavailable("the database connection was lost")
-        if state == "3D000":
-            return DatabaseUnavailable("the database does not exist")
-        if state is not None and state.startswith("28"):
-            return DatabaseUnavailable(f"the database refused the login (SQLSTATE {state})")
-        if state in _UNAVAILABLE_SQLSTATES:
-            return DatabaseUnavailable(f"the database is unavailable (SQLSTATE {state})")
-        if state in _TIMEOUT_SQLSTATES:
-            return OperationTimeout(f"the database cancelled the operation (SQLSTATE {state})")
-        if state is None:
+        if sqlstate_of(exc) is None:
             # No SQLSTATE: the driver itself failed (a closed or broken connection).
             return DatabaseUnavailable(f"the database connection failed: {type(exc.orig).__name__}")
-        return DatabaseError(f"the database refused the operation (SQLSTATE {state})")
+        return _by_sqlstate(sqlstate_of(exc))
+    if isinstance(exc, asyncpg.PostgresError):
+        # Raw driver errors reach here from the statements cortex sends
+        # directly (BEGIN with the tenant binding, COMMIT, ROLLBACK).
+        return _by_sqlstate(sqlstate_of(exc))
+    if isinstance(exc, asyncpg.InterfaceError):
+        return DatabaseUnavailable(f"the database connection failed: {type(exc).__name__}")
     if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
         return DatabaseError(f"database layer error: {type(exc).__name__}")
     if isinstance(exc, OSError):

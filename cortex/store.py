@@ -55,7 +55,7 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
         DatabaseUnavailable: the database cannot be reached.
         InvalidInput: the URL names another driver.
     """
-    engine = make_engine(url, **pool_options)
+    engine = make_engine(url, manual_transactions=True, **pool_options)
     try:
         await check_schema(engine)
         yield Store(engine)

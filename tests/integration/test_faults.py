@@ -167,6 +167,13 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
                     await store.append_message(s.id, NewMessage("user", "maybe"))
         count, rows = await _state(owner_conn, tenant)
         assert count == rows
+        # No pooled connection sits inside an open or failed transaction.
+        stuck = await owner_conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 "
+            "AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
+            database.app_role,
+        )
+        assert stuck == 0
         await _healthy(store, tenant, s.id, times=10)
         assert (await _state(owner_conn, tenant))[1] == rows + 10
 
