@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint check clean
+.PHONY: venv demo test lint check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+## cortex's main job, narrated: on $CORTEX_DATABASE_URL, else an embedded PostgreSQL.
+demo: $(STAMP)
+	$(BIN)/cortex demo
 
 ## Run the whole test suite against a real PostgreSQL.
 test: $(STAMP)

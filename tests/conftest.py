@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -77,17 +80,35 @@ async def _can_login(url: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def server_url() -> str:
-    """A superuser URL on a real PostgreSQL server."""
+def server_url() -> Iterator[str]:
+    """A superuser URL on a real PostgreSQL server.
+
+    ``TEST_DATABASE_URL``; else a login on 127.0.0.1:5432; else a throwaway
+    embedded server (the ``embedded`` extra) in a folder deleted afterwards.
+    ``CORTEX_TEST_EMBEDDED=1`` skips straight to the embedded server.
+    """
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
-        return url
-    if asyncio.run(_can_login(_LOCAL_DEFAULT)):
-        return _LOCAL_DEFAULT
-    message = "no PostgreSQL: set TEST_DATABASE_URL or start one on 127.0.0.1:5432"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message} (CI must not skip integration tests)")
-    pytest.skip(message)
+        yield url
+        return
+    if not os.environ.get("CORTEX_TEST_EMBEDDED") and asyncio.run(_can_login(_LOCAL_DEFAULT)):
+        yield _LOCAL_DEFAULT
+        return
+    from cortex.embedded import EmbeddedUnavailable, embedded_server
+
+    # Not pytest's tmp_path: as root the embedded server widens every ancestor
+    # of its data folder, and pytest's 0700 parent is not ours to widen.
+    base = Path(tempfile.mkdtemp(prefix="cortex-test-pg-"))
+    try:
+        with embedded_server(base / "pgdata", delete=True) as embedded:
+            yield embedded
+    except EmbeddedUnavailable as exc:
+        message = f"no PostgreSQL: set TEST_DATABASE_URL or start one on 127.0.0.1:5432 ({exc})"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI must not skip integration tests)")
+        pytest.skip(message)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @dataclass(frozen=True)

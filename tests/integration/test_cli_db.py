@@ -8,10 +8,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from cortex._db import SCHEMA_REVISION
 from cortex.cli import EXIT_SCHEMA, EXIT_UNAVAILABLE, main
 from tests.conftest import admin, with_database
+
+
+def _typo(url: str) -> str:
+    name = make_url(url).database
+    return with_database(url, f"{name}x")
 
 
 @pytest.fixture
@@ -40,7 +46,7 @@ def test_upgrade_current_downgrade(blank_url: str, capsys: pytest.CaptureFixture
 def test_typo_in_database_name_is_an_error(
     blank_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    typo = blank_url + "x"
+    typo = _typo(blank_url)
     assert main(["--database-url", typo, "db", "upgrade"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -50,7 +56,7 @@ def test_typo_in_database_name_is_an_error(
 
 def test_console_script_runs_without_traceback(blank_url: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cortex.cli", "--database-url", blank_url + "x", "db", "current"],
+        [sys.executable, "-m", "cortex.cli", "--database-url", _typo(blank_url), "db", "current"],
         capture_output=True,
         text=True,
         check=False,

