@@ -24,8 +24,10 @@ from cortex.models import (
     ListFilter,
     Message,
     NewMessage,
+    PendingInput,
     RequestedInput,
     Session,
+    SessionDetail,
     SessionState,
 )
 from cortex.scope import Scope, current_scope, use_scope
@@ -45,6 +47,7 @@ __all__ = [
     "NewMessage",
     "NotFound",
     "OperationTimeout",
+    "PendingInput",
     "RequestedInput",
     "SchemaMismatch",
     "Scope",
@@ -52,6 +55,7 @@ __all__ = [
     "ScopeViolation",
     "Session",
     "SessionAborted",
+    "SessionDetail",
     "SessionState",
     "Store",
     "connect",

@@ -36,6 +36,7 @@ __all__ = [
     "filter_params",
     "filter_shape",
     "page",
+    "path_clause",
     "scope_params",
     "session_predicate",
     "subtree_clause",
@@ -133,12 +134,18 @@ class FilterShape(NamedTuple):
     agent: bool
     default_only: bool
     search: bool
+    state: bool
 
 
 def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
     """The statement shape for a scope and filter."""
     return FilterShape(
-        depth_class(scope), flt.exact, flt.agent_id is not None, flt.default_only, bool(flt.search)
+        depth_class(scope),
+        flt.exact,
+        flt.agent_id is not None,
+        flt.default_only,
+        bool(flt.search),
+        flt.state is not None,
     )
 
 
@@ -149,6 +156,8 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
         params["agent_id"] = flt.agent_id
     if flt.search:
         params["search_pattern"] = escape_like(flt.search)
+    if flt.state is not None:
+        params["state"] = flt.state.value
     return params
 
 
@@ -171,7 +180,31 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
                 sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
             )
         )
+    if shape.state:
+        # Non-idle states are served by ix_sessions_state_recent (partial, small);
+        # 'idle' is most sessions, so the listing indexes serve it as a filter.
+        conditions.append(sessions.c.state == _text("state"))
     return sa.and_(*conditions)
+
+
+def path_clause(
+    tenant: sa.ColumnElement[str], scope: sa.ColumnElement[str], depth: int
+) -> ColumnElement[bool]:
+    """The visibility predicate for a table keyed by (tenant, exact scope path) only.
+
+    Same semantics as :func:`subtree_clause`, for tables without ``scope_l2``
+    (session_markers): the scope bound under ``scope_*`` and everything beneath.
+    """
+    same_tenant = tenant == _text("scope_tenant")
+    if depth == 1:
+        return same_tenant
+    return sa.and_(
+        same_tenant,
+        sa.or_(
+            scope == _text("scope_path"),
+            sa.and_(scope >= _text("scope_lo"), scope < _text("scope_hi")),
+        ),
+    )
 
 
 def after_cursor() -> ColumnElement[bool]:

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cortex._filters import depth_class, scope_params, visible
+from cortex._operator import record_inputs
 from cortex._sessions import select_session
 from cortex._tables import messages, sessions
 from cortex.errors import NotFound
@@ -207,7 +208,12 @@ async def append_messages(
     rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
     if not rows:
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
-    return sorted((row_to_message(row) for row in rows), key=lambda m: m.seq)
+    stored = sorted((row_to_message(row) for row in rows), key=lambda m: m.seq)
+    # Questions and answers change operator state; plain messages (the hot
+    # path) cost no second statement.
+    if any(m.requested_input is not None or m.function_response is not None for m in batch):
+        await record_inputs(conn, scope, session_id, stored)
+    return stored
 
 
 async def list_messages(

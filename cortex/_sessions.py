@@ -31,10 +31,10 @@ from cortex._filters import (
     session_predicate,
     visible,
 )
-from cortex._tables import sessions
+from cortex._tables import session_markers, sessions
 from cortex.errors import Conflict, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
-from cortex.models import ListFilter, Session
+from cortex.models import ListFilter, Session, SessionState
 from cortex.scope import Scope
 
 __all__ = [
@@ -64,6 +64,8 @@ SESSION_COLUMNS: Final = (
     sessions.c.backfilled_by,
     sessions.c.created_at,
     sessions.c.updated_at,
+    sessions.c.state,
+    sessions.c.pending_count,
 )
 
 _UQ_DEFAULT: Final = "uq_sessions_default"
@@ -83,6 +85,8 @@ def row_to_session(row: sa.Row[*tuple[Any, ...]]) -> Session:
         backfilled_by=row.backfilled_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        state=SessionState(row.state),
+        pending_count=row.pending_count,
     )
 
 
@@ -128,6 +132,14 @@ def _insert_statement() -> sa.Insert:
             title=sa.bindparam("new_title", type_=sa.Text()),
             metadata=json_param("new_metadata"),
             is_default=sa.bindparam("new_is_default", type_=sa.Boolean()),
+            # A marker parked by mark_interrupted before this session existed
+            # shows now, if it was set in this exact scope.
+            is_interrupted=sa.exists().where(
+                session_markers.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
+                session_markers.c.session_id == _id_param(),
+                session_markers.c.kind == "interrupted",
+                session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
+            ),
             **_scope_values(),
         )
         .returning(*SESSION_COLUMNS)
@@ -160,6 +172,14 @@ def _delete_statement(depth: int) -> sa.Executable:
         sa.delete(sessions)
         .where(visible(depth), sessions.c.id == _id_param())
         .returning(sessions.c.id)
+    )
+
+
+@cache
+def _delete_markers_statement() -> sa.Delete:
+    return sa.delete(session_markers).where(
+        session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        session_markers.c.session_id == _id_param(),
     )
 
 
@@ -279,7 +299,7 @@ async def update_session(
 
 
 async def delete_session(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> None:
-    """Delete a visible session; its messages go with it (ON DELETE CASCADE).
+    """Delete a visible session; its messages, pending inputs and markers go with it.
 
     Raises:
         NotFound: when the session is not visible.
@@ -287,6 +307,9 @@ async def delete_session(conn: AsyncConnection, scope: Scope, session_id: uuid.U
     params = {**scope_params(scope), "target_id": session_id}
     if (await conn.execute(_delete_statement(depth_class(scope)), params)).first() is None:
         raise _not_found(session_id)
+    # Markers have no foreign key (they may be parked before a session
+    # exists), so they go explicitly, in the same transaction.
+    await conn.execute(_delete_markers_statement(), params)
 
 
 async def select_page(

@@ -16,7 +16,14 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-__all__ = ["TENANT_SETTING", "messages", "metadata", "sessions"]
+__all__ = [
+    "TENANT_SETTING",
+    "messages",
+    "metadata",
+    "pending_inputs",
+    "session_markers",
+    "sessions",
+]
 
 # The transaction-local setting the row-level security policies compare
 # tenant_id with. Set with set_config(..., true) at the start of every
@@ -76,8 +83,28 @@ sessions = sa.Table(
     sa.Column(
         "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    # cortex-owned: unanswered requested inputs (rows of pending_inputs), kept in
+    # the transaction that appends the question or its answer.
+    sa.Column("pending_count", sa.Integer(), nullable=False, server_default="0"),
+    # cortex-owned: an abort marker exists; set by abort_session only, never cleared.
+    sa.Column("is_aborted", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # cortex-owned: an interrupt marker exists; set by mark_interrupted (or at
+    # insert, from a parked marker), cleared by clear_interrupted.
+    sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # cortex-owned, derived by PostgreSQL: aborted > paused > interrupted > idle.
+    sa.Column(
+        "state",
+        sa.Text(),
+        sa.Computed(
+            "CASE WHEN is_aborted THEN 'aborted' WHEN pending_count > 0 THEN 'paused' "
+            "WHEN is_interrupted THEN 'interrupted' ELSE 'idle' END",
+            persisted=True,
+        ),
+        nullable=False,
+    ),
     sa.PrimaryKeyConstraint("tenant_id", "id"),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
+    sa.CheckConstraint("pending_count >= 0", name="pending_count"),
     sa.CheckConstraint("message_count >= 0", name="message_count"),
     # The tenant is the scope's first segment, always; RLS and the keys rely on it.
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
@@ -123,6 +150,14 @@ sa.Index(
     sessions.c.scope,
     unique=True,
     postgresql_where=sessions.c.is_default,
+)
+# Operators' views: the few non-idle sessions, newest first, per tenant and state.
+sa.Index(
+    "ix_sessions_state_recent",
+    sessions.c.tenant_id,
+    sessions.c.state,
+    *_ORDER,
+    postgresql_where=sessions.c.state != "idle",
 )
 # Substring search (ILIKE '%term%') on title and on the preview: trigram GIN.
 sa.Index(
@@ -194,4 +229,54 @@ sa.Index(
     messages.c.scope,
     messages.c.created_at,
     postgresql_where=messages.c.session_id.is_(None),
+)
+
+pending_inputs = sa.Table(
+    "pending_inputs",
+    metadata,
+    # cortex-owned, all columns: a requested input no later message has answered.
+    # Inserted with the message that asks, deleted with the one that answers
+    # (or by abort_session, or with the session), in those transactions.
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    sa.Column("session_id", UUID(as_uuid=True), nullable=False),
+    # seq of the message that asked: an answer resolves only earlier questions.
+    sa.Column("raised_seq", sa.Integer(), nullable=False),
+    sa.Column("interrupt_id", sa.Text(), nullable=False),
+    sa.Column("message", sa.Text(), nullable=False, server_default=""),
+    sa.Column("author", sa.Text(), nullable=False, server_default=""),
+    sa.Column("raised_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("response_schema", JSONB(), nullable=True),
+    sa.Column("payload", JSONB(), nullable=True),
+    sa.PrimaryKeyConstraint("tenant_id", "session_id", "raised_seq"),
+    sa.ForeignKeyConstraint(
+        ["tenant_id", "session_id"],
+        ["sessions.tenant_id", "sessions.id"],
+        ondelete="CASCADE",
+    ),
+)
+sa.Index(
+    "ix_pending_inputs_interrupt",
+    pending_inputs.c.tenant_id,
+    pending_inputs.c.session_id,
+    pending_inputs.c.interrupt_id,
+)
+
+session_markers = sa.Table(
+    "session_markers",
+    metadata,
+    # cortex-owned, all columns: operator and daemon markers. No foreign key: an
+    # interrupt marker may be parked before its session exists; delete_session
+    # removes a session's markers in its transaction.
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    sa.Column("session_id", UUID(as_uuid=True), nullable=False),
+    # 'aborted' (written once by abort_session) | 'interrupted' (overwritten by
+    # mark_interrupted, deleted by clear_interrupted).
+    sa.Column("kind", sa.Text(), nullable=False),
+    # The exact scope the marker belongs to: a parked marker shows only on a
+    # session with its id created in this scope.
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+    sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "session_id", "kind"),
+    sa.CheckConstraint("kind IN ('aborted', 'interrupted')", name="kind"),
 )

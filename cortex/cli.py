@@ -7,11 +7,12 @@ traceback:
 code  meaning
 ====  =====================================================
 0     success
-1     any other cortex error (the database refused, a conflict)
+1     any other cortex error (e.g. the database refused the operation)
 2     bad usage or invalid input
 3     not found
 4     database unavailable (unreachable, missing, login refused)
 5     schema mismatch: run ``cortex db upgrade``
+6     conflict (e.g. the session is already aborted)
 ====  =====================================================
 """
 
@@ -25,9 +26,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import sqlalchemy as sa
@@ -39,6 +40,7 @@ from alembic import command
 from cortex import migrate
 from cortex._db import SCHEMA_REVISION, make_engine
 from cortex.errors import (
+    Conflict,
     CortexError,
     DatabaseUnavailable,
     InvalidInput,
@@ -46,8 +48,13 @@ from cortex.errors import (
     SchemaMismatch,
     translate_errors,
 )
+from cortex.models import ListFilter, Session, SessionState
+from cortex.scope import Scope, use_scope
+from cortex.store import Store, connect
 
 __all__ = ["main"]
+
+_T = TypeVar("_T")
 
 ENV_URL: Final = "CORTEX_DATABASE_URL"
 
@@ -57,12 +64,14 @@ EXIT_USAGE: Final = 2
 EXIT_NOT_FOUND: Final = 3
 EXIT_UNAVAILABLE: Final = 4
 EXIT_SCHEMA: Final = 5
+EXIT_CONFLICT: Final = 6
 
 _EXIT_CODES: Final[tuple[tuple[type[CortexError], int], ...]] = (
     (InvalidInput, EXIT_USAGE),
     (NotFound, EXIT_NOT_FOUND),
     (DatabaseUnavailable, EXIT_UNAVAILABLE),
     (SchemaMismatch, EXIT_SCHEMA),
+    (Conflict, EXIT_CONFLICT),
 )
 
 
@@ -80,6 +89,11 @@ def _database_url(args: argparse.Namespace) -> str:
     if not url:
         raise _UsageError(f"no database: pass --database-url or set {ENV_URL}")
     return url
+
+
+def _console() -> Console:
+    """Rich console; piped output gets a wide one so table rows stay on one line for grep."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _emit_json(value: Any) -> None:
@@ -163,7 +177,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     table.add_column("title")
     for row in rows:
         table.add_row(str(row["revision"]), str(row["title"]))
-    Console().print(table)
+    _console().print(table)
     return EXIT_OK
 
 
@@ -196,6 +210,102 @@ def cmd_grant(args: argparse.Namespace) -> int:
 
     asyncio.run(run())
     print(f"granted {args.role} what the cortex application role needs")
+    return EXIT_OK
+
+
+def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[_T]]) -> _T:
+    """Run ``action`` on a store bound to ``--scope``."""
+    url = _database_url(args)
+    scope = Scope.parse(args.scope)
+
+    async def run() -> _T:
+        async with connect(url, pool_size=1, max_overflow=0) as store:
+            with use_scope(scope):
+                return await action(store)
+
+    return anyio.run(run)
+
+
+def _list_filter(args: argparse.Namespace) -> ListFilter:
+    return ListFilter(
+        agent_id=args.agent,
+        exact=args.exact,
+        default_only=args.default_only,
+        search=args.search,
+        state=SessionState(args.state) if args.state else None,
+        limit=args.limit,
+        offset=args.offset,
+    )
+
+
+def cmd_sessions_list(args: argparse.Namespace) -> int:
+    flt = _list_filter(args)
+
+    async def action(store: Store) -> tuple[list[Session], int]:
+        return await store.list_sessions(flt), await store.count_sessions(flt)
+
+    found, total = _with_store(args, action)
+    if args.json:
+        _emit_json({"total": total, "sessions": [s.model_dump(mode="json") for s in found]})
+        return EXIT_OK
+    table = Table(title=f"sessions in {args.scope} ({len(found)} of {total})", title_justify="left")
+    table.add_column("id", no_wrap=True)
+    for column in ("state", "agent", "scope", "title", "msgs", "last activity", "pending"):
+        table.add_column(column, overflow="fold")
+    for s in found:
+        table.add_row(
+            s.id,
+            s.state.value,
+            s.agent_id,
+            str(s.scope),
+            s.title or "-",
+            str(s.message_count),
+            s.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+            str(s.pending_count) if s.pending_count else "",
+        )
+    _console().print(table)
+    return EXIT_OK
+
+
+def cmd_sessions_show(args: argparse.Namespace) -> int:
+    detail = _with_store(args, lambda store: store.inspect_session(args.session_id))
+    if args.json:
+        _emit_json(detail.model_dump(mode="json"))
+        return EXIT_OK
+    console = _console()
+    s = detail.session
+    console.print(f"[bold]{s.id}[/]  {detail.state.value}")
+    for label, value in (
+        ("agent", s.agent_id),
+        ("scope", str(s.scope)),
+        ("title", s.title or "-"),
+        ("messages", str(s.message_count)),
+        ("last message", s.last_message or "-"),
+        ("default", "yes" if s.is_default else "no"),
+        ("updated", s.updated_at.isoformat()),
+        ("abort reason", detail.abort_reason or "-"),
+        ("interrupt reason", detail.interrupt_reason or "-"),
+    ):
+        console.print(f"  {label:>16}: {value}")
+    if not detail.pending:
+        console.print("  no pending inputs")
+    for p in detail.pending:
+        console.print(
+            f"\n  [bold]pending {p.interrupt_id}[/] (asked at seq {p.raised_seq}, "
+            f"{p.raised_at.isoformat()}, by {p.author or '-'}): {p.message or '-'}"
+        )
+        console.print(
+            "    response schema:",
+            json.dumps(p.response_schema, indent=2) if p.response_schema else "-",
+        )
+        if p.payload is not None:
+            console.print("    payload:", json.dumps(p.payload, indent=2))
+    return EXIT_OK
+
+
+def cmd_sessions_abort(args: argparse.Namespace) -> int:
+    session = _with_store(args, lambda store: store.abort_session(args.session_id, args.reason))
+    print(f"aborted {session.id} ({session.scope}): {args.reason}")
     return EXIT_OK
 
 
@@ -246,6 +356,34 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("role")
     grant.add_argument("--print-only", action="store_true", help="print the SQL, run nothing")
     grant.set_defaults(func=cmd_grant)
+    sessions = commands.add_parser("sessions", help="operators: list, inspect and abort sessions")
+    session_commands = sessions.add_subparsers(
+        dest="sessions_command", required=True, parser_class=_Parser
+    )
+    listing = session_commands.add_parser("list", help="sessions visible from a scope")
+    listing.add_argument(
+        "--scope", required=True, help="the tenant path to act in, e.g. acme/support"
+    )
+    listing.add_argument("--agent", help="only this agent's sessions")
+    listing.add_argument("--exact", action="store_true", help="only sessions at exactly --scope")
+    listing.add_argument("--default-only", action="store_true", help="only default sessions")
+    listing.add_argument("--search", help="substring of title or last message")
+    listing.add_argument("--state", choices=[s.value for s in SessionState])
+    listing.add_argument("--limit", type=int, default=0, help="1-1000 (default 50)")
+    listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_sessions_list)
+    show = session_commands.add_parser("show", help="one session, its state and pending inputs")
+    show.add_argument("session_id")
+    show.add_argument("--scope", required=True)
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_sessions_show)
+    abort = session_commands.add_parser("abort", help="write a durable abort marker")
+    abort.add_argument("session_id")
+    abort.add_argument("--scope", required=True)
+    abort.add_argument("--reason", required=True)
+    abort.set_defaults(func=cmd_sessions_abort)
+
     demo = commands.add_parser(
         "demo", help="cortex's main job, narrated (embedded PostgreSQL unless a URL is set)"
     )

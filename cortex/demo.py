@@ -2,8 +2,8 @@
 
 It migrates the database, then plays an agent backend serving two tenants:
 runs resolve their default sessions concurrently, messages are appended
-concurrently, listing, search and count work inside scopes, and another
-tenant sees nothing. Every figure printed is read back from the database.
+concurrently, listing, search and count work inside scopes, another tenant
+sees nothing, and an operator finds a paused session, resumes and aborts it. Every figure printed is read back from the database.
 
 On the embedded server the demo owns a database of its own (``cortex_demo``,
 recreated each run) and connects as a plain application role, so row-level
@@ -26,7 +26,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 import cortex
-from cortex import ListFilter, NewMessage, Session, use_scope
+from cortex import ListFilter, NewMessage, RequestedInput, Session, SessionState, use_scope
 from cortex.migrate import grant_sql, upgrade
 
 __all__ = ["run_demo"]
@@ -218,6 +218,45 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             f"{scope}: set_default_session -> resolve_session now returns {now.title!r}; "
             f"defaults for support-bot: {defaults}"
         )
+
+        console.rule("6. Operators: a paused session, its resume, an abort")
+        with use_scope(users[1]):
+            ticket = await store.resolve_session("billing-bot")
+            await store.append_message(
+                ticket.id,
+                NewMessage(
+                    "assistant",
+                    "A refund over $100 needs a human.",
+                    requested_input=RequestedInput(
+                        interrupt_id="approve-refund",
+                        message="Approve a $140 refund?",
+                        response_schema={
+                            "type": "object",
+                            "properties": {"approved": {"type": "boolean"}},
+                            "required": ["approved"],
+                        },
+                    ),
+                ),
+            )
+        with use_scope(acme):
+            waiting = await store.list_sessions(ListFilter(state=SessionState.PAUSED))
+            detail = await store.inspect_session(ticket.id)
+        question = detail.pending[0]
+        console.print(
+            f"paused in {acme}: {len(waiting)} session(s); {ticket.id} asks "
+            f"{question.message!r}, expecting {question.response_schema}"
+        )
+        with use_scope(users[1]):
+            try:
+                await store.resume(ticket.id, "approve-refund", {"approved": "yes"})
+            except cortex.InvalidInput as exc:
+                console.print(f"a malformed answer is refused: {exc}")
+            await store.resume(ticket.id, "approve-refund", {"approved": True}, author="ops@acme")
+            after = await store.inspect_session(ticket.id)
+            console.print(f"resumed by ops@acme -> state {after.state.value}")
+            await store.abort_session(ticket.id, "customer withdrew the request")
+            aborted = await store.inspect_session(ticket.id)
+        console.print(f"aborted -> state {aborted.state.value}, reason {aborted.abort_reason!r}")
 
         if not embedded and not keep:
             for tenant in (acme, globex):

@@ -86,7 +86,8 @@ def grant_sql(role: str) -> list[str]:
         raise InvalidInput(f"role: {role!r} is not a plain SQL identifier")
     return [
         f'GRANT USAGE ON SCHEMA public TO "{role}"',
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages TO "{role}"',
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, pending_inputs, "
+        f'session_markers TO "{role}"',
         # connect() reads the schema revision.
         f'GRANT SELECT ON alembic_version TO "{role}"',
     ]

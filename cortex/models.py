@@ -33,8 +33,10 @@ __all__ = [
     "ListFilter",
     "Message",
     "NewMessage",
+    "PendingInput",
     "RequestedInput",
     "Session",
+    "SessionDetail",
     "SessionState",
 ]
 
@@ -154,6 +156,15 @@ def _check_metadata(value: dict[str, Any], field: str) -> dict[str, Any]:
 # --- sessions -----------------------------------------------------------------
 
 
+class SessionState(StrEnum):
+    """What the store can prove about a session (precedence: top wins)."""
+
+    ABORTED = "aborted"
+    PAUSED = "paused"
+    INTERRUPTED = "interrupted"
+    IDLE = "idle"
+
+
 class Session(_Model):
     """A conversation thread of one agent in one scope.
 
@@ -182,6 +193,11 @@ class Session(_Model):
     is_default: bool = False
     # cortex-owned: set once by the backfill migration to its revision id.
     backfilled_by: str = ""
+    # cortex-owned: what the store can prove (aborted > paused > interrupted > idle),
+    # kept in the transactions that append messages and write markers.
+    state: SessionState = SessionState.IDLE
+    # cortex-owned: requested inputs no later message has answered.
+    pending_count: int = 0
     # cortex-owned: tz-aware UTC.
     created_at: datetime
     # cortex-owned: moves on update_session and on every append.
@@ -208,6 +224,7 @@ class ListFilter(_Model):
     exact: bool = False
     default_only: bool = False
     search: str | None = None
+    state: SessionState | None = None
     limit: int = 0
     offset: int = 0
 
@@ -239,15 +256,6 @@ class ListFilter(_Model):
     def page_size(self) -> int:
         """The effective limit: ``limit``, or the default page size when it is 0."""
         return self.limit or DEFAULT_LIST_LIMIT
-
-
-class SessionState(StrEnum):
-    """What the store can prove about a session (precedence: top wins)."""
-
-    ABORTED = "aborted"
-    PAUSED = "paused"
-    INTERRUPTED = "interrupted"
-    IDLE = "idle"
 
 
 # --- messages -----------------------------------------------------------------
@@ -368,3 +376,27 @@ class Message(_Model):
     function_response: FunctionResponse | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
+
+
+class PendingInput(_Model):
+    """A requested input no later message has answered."""
+
+    interrupt_id: str
+    message: str = ""
+    author: str = ""
+    raised_at: datetime
+    # seq of the message that asked.
+    raised_seq: int
+    response_schema: dict[str, Any] | None = None
+    payload: Any = None
+
+
+class SessionDetail(_Model):
+    """A session with its operator state: what :meth:`cortex.Store.inspect_session` returns."""
+
+    session: Session
+    state: SessionState
+    # Every pending input, oldest first; empty when the session is aborted.
+    pending: list[PendingInput] = Field(default_factory=list)
+    abort_reason: str | None = None
+    interrupt_reason: str | None = None

@@ -18,19 +18,22 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from cortex import _messages, _sessions
+from cortex import _messages, _operator, _sessions
 from cortex._db import check_schema, make_engine, run_transaction
 from cortex.errors import InvalidInput, NotFound
 from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
+    MAX_AUTHOR_LENGTH,
     MAX_MESSAGE_LIMIT,
     MAX_TITLE_LENGTH,
+    FunctionResponse,
     ListFilter,
     Message,
     NewMessage,
     Session,
+    SessionDetail,
     check_identifier,
     check_json,
     check_text,
@@ -325,3 +328,79 @@ class Store:
                 conn, scope, sid, after_seq=after_seq, limit=limit
             ),
         )
+
+    # --- operator surface -------------------------------------------------------
+
+    async def inspect_session(self, session_id: str) -> SessionDetail:
+        """The session with its state, every pending input and the marker reasons.
+
+        An aborted session reports no pending inputs.
+
+        Raises:
+            NotFound: the session is not visible.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        return await self._run(scope, lambda conn: _operator.inspect(conn, scope, sid))
+
+    async def abort_session(self, session_id: str, reason: str) -> Session:
+        """Write a durable abort marker (not preemption); pending inputs are cleared.
+
+        Raises:
+            NotFound: the session is not visible.
+            AlreadyAborted: it was aborted before.
+            InvalidInput: ``reason`` breaks a limit.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        return await self._run(scope, lambda conn: _operator.abort(conn, scope, sid, reason))
+
+    async def resume(
+        self, session_id: str, interrupt_id: str, response: Any, *, author: str = ""
+    ) -> Message:
+        """Answer a pending input: append a function response, checked in one transaction.
+
+        The appended message has role ``user``, ``author`` and
+        ``function_response = FunctionResponse(id=interrupt_id, response=response)``.
+        Concurrent resumes of one interrupt: exactly one wins, the others get Conflict.
+
+        Raises:
+            NotFound: the session is not visible, or never asked ``interrupt_id``.
+            SessionAborted: the session was aborted.
+            Conflict: the interrupt was already answered.
+            InvalidInput: ``response`` fails the response schema (naming the
+                failing path) or breaks a limit.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        check_identifier(interrupt_id, "interrupt_id")
+        check_text(author, "author", MAX_AUTHOR_LENGTH)
+        check_json(response, "response")
+        answer = NewMessage(
+            "user",
+            author=author,
+            function_response=FunctionResponse(id=interrupt_id, response=response),
+        )
+
+        async def body(conn: AsyncConnection) -> Message:
+            await _operator.check_resumable(conn, scope, sid, interrupt_id, response)
+            (stored,) = await _messages.append_messages(conn, scope, sid, [answer])
+            return stored
+
+        return await self._run(scope, body)
+
+    async def mark_interrupted(self, session_id: str, reason: str) -> None:
+        """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
+
+        The session need not exist yet: the marker waits, and shows once a
+        session with this id is created in the current scope.
+
+        Raises:
+            InvalidInput: ``reason`` breaks a limit or the id is malformed.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        await self._run(scope, lambda conn: _operator.mark_interrupted(conn, scope, sid, reason))
+
+    async def clear_interrupted(self, session_id: str) -> None:
+        """Clear the interrupt marker when the turn completes; a no-op if there is none."""
+        scope, sid = current_scope(), _session_id(session_id)
+        await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from cortex._db import SCHEMA_REVISION
-from cortex.cli import EXIT_SCHEMA, EXIT_UNAVAILABLE, main
-from tests.conftest import admin, with_database
+from cortex.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_SCHEMA, EXIT_UNAVAILABLE, main
+from tests.conftest import Database, admin, with_database
 
 
 def _typo(url: str) -> str:
@@ -78,3 +78,61 @@ def test_store_on_old_schema_says_upgrade(blank_url: str) -> None:
     with pytest.raises(cortex.SchemaMismatch, match="cortex db upgrade"):
         asyncio.run(open_store())
     assert EXIT_SCHEMA == 5
+
+
+def test_sessions_commands(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import anyio
+
+    import cortex
+    from cortex import NewMessage, RequestedInput, use_scope
+
+    async def seed() -> str:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(f"{tenant}/support/u1"):
+                s = await store.create_session("bot", title="Refund 42")
+                await store.append_message(
+                    s.id,
+                    NewMessage(
+                        "assistant",
+                        "need approval",
+                        requested_input=RequestedInput(
+                            interrupt_id="approve-1",
+                            message="Approve refund?",
+                            response_schema={"type": "object", "required": ["ok"]},
+                        ),
+                    ),
+                )
+                await store.create_session("bot", title="Other")
+                return s.id
+
+    sid = anyio.run(seed)
+    url = ["--database-url", database.owner_url]
+    assert main([*url, "sessions", "list", "--scope", tenant, "--state", "paused", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["total"] == 1
+    assert listed["sessions"][0]["id"] == sid
+    assert listed["sessions"][0]["pending_count"] == 1
+    assert main([*url, "sessions", "list", "--scope", tenant]) == 0
+    table = capsys.readouterr().out
+    assert "paused" in table
+    assert "idle" in table
+    assert main([*url, "sessions", "show", sid, "--scope", tenant]) == 0
+    shown = capsys.readouterr().out
+    assert "pending approve-1" in shown
+    assert '"required"' in shown
+    assert main([*url, "sessions", "show", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
+    assert main([*url, "sessions", "abort", sid, "--scope", tenant, "--reason", "withdrawn"]) == 0
+    assert (
+        main([*url, "sessions", "abort", sid, "--scope", tenant, "--reason", "again"])
+        == EXIT_CONFLICT
+    )
+    assert main([*url, "sessions", "show", sid, "--scope", tenant, "--json"]) == 0
+    out = capsys.readouterr().out
+    detail = json.loads(out[out.index("{") :])
+    assert detail["state"] == "aborted"
+    assert detail["pending"] == []
+    assert detail["abort_reason"] == "withdrawn"
+    assert main([*url, "sessions", "list", "--scope", "bad scope"]) == 2
+    assert main([*url, "sessions", "list", "--scope", tenant, "--limit", "5000"]) == 2

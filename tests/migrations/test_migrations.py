@@ -359,3 +359,40 @@ def test_wheel_carries_the_migrations(tmp_path: Path) -> None:
     assert "cortex/_alembic/alembic.ini" in names
     assert f"cortex/_alembic/versions/{BACKFILL}_backfill_default_sessions.py" in names
     assert "cortex/py.typed" in names
+
+
+def test_operator_state_migration_derives_pending_from_history(blank_db: str) -> None:
+    upgrade(blank_db, "20260901000005")
+    sid = str(uuid.uuid4())
+    execute(
+        blank_db,
+        f"""
+        INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, message_count)
+        VALUES ('acme', '{sid}', 'bot', 'acme', 1, 4);
+        INSERT INTO messages (tenant_id, id, session_id, seq, role, content, created_at,
+                              requested_input, function_response)
+        VALUES
+          ('acme', gen_random_uuid(), '{sid}', 1, 'user', '', now(), NULL, '{{"id": "late"}}'),
+          ('acme', gen_random_uuid(), '{sid}', 2, 'assistant', '', now(),
+           '{{"interrupt_id": "late", "message": "answered too early"}}', NULL),
+          ('acme', gen_random_uuid(), '{sid}', 3, 'assistant', '', now(),
+           '{{"interrupt_id": "done"}}', NULL),
+          ('acme', gen_random_uuid(), '{sid}', 4, 'user', '', now(), NULL, '{{"id": "done"}}');
+        """,
+    )
+    upgrade(blank_db)
+    pending = fetch(blank_db, "SELECT interrupt_id, raised_seq, message FROM pending_inputs")
+    assert [tuple(r) for r in pending] == [("late", 2, "answered too early")]
+    row = fetch(blank_db, "SELECT pending_count, state FROM sessions")[0]
+    assert (row["pending_count"], row["state"]) == (1, "paused")
+    forced = fetch(
+        blank_db,
+        "SELECT relname FROM pg_class WHERE relforcerowsecurity AND relname IN "
+        "('sessions', 'messages', 'pending_inputs', 'session_markers') ORDER BY relname",
+    )
+    assert [r["relname"] for r in forced] == [
+        "messages",
+        "pending_inputs",
+        "session_markers",
+        "sessions",
+    ]

@@ -1,0 +1,156 @@
+"""Operator state: pending inputs and markers, kept on write so state is read by index.
+
+Revision ID: 20261001000006
+Revises: 20260901000005
+Create Date: 2026-10-01
+
+Why it exists: operators ask which sessions are paused waiting for input (and
+on what question, expecting what answer), which a shutdown cut short, and
+which were aborted. Deriving that by reading every session's history costs
+one query per session; instead cortex keeps it current in the same
+transaction as the messages and markers that change it:
+
+- ``pending_inputs``: one row per requested input not yet answered by a later
+  function response with the same id (deleted with its session);
+- ``session_markers``: abort and interrupt markers with their reasons. No
+  foreign key: an interrupt marker may be written before its session exists
+  (it is parked, and shows once a session with that id appears in the same
+  scope). ``delete_session`` removes a session's markers;
+- on ``sessions``: ``pending_count``, ``is_aborted``, ``is_interrupted`` and
+  ``state``, a stored generated column (aborted > paused > interrupted >
+  idle) with a partial index over the non-idle sessions, so
+  ``ListFilter(state=...)`` is one indexed query and cannot drift.
+
+Adding the generated column rewrites ``sessions`` once. The data step fills
+``pending_inputs`` from existing messages; it lifts FORCE ROW LEVEL SECURITY
+inside this revision's transaction (so a non-superuser owner sees every
+tenant) and restores it before committing. Alembic records the revision; not
+re-entrant by hand.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from alembic import op
+
+revision: str = "20261001000006"
+down_revision: str | Sequence[str] | None = "20260901000005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_MATCH = "tenant_id = current_setting('cortex.tenant', true)"
+_STATE = (
+    "CASE WHEN is_aborted THEN 'aborted' WHEN pending_count > 0 THEN 'paused' "
+    "WHEN is_interrupted THEN 'interrupted' ELSE 'idle' END"
+)
+
+
+def _protect(table: str) -> None:
+    op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+    op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+    op.execute(f"CREATE POLICY tenant_isolation ON {table} USING ({_MATCH}) WITH CHECK ({_MATCH})")
+
+
+def upgrade() -> None:
+    op.add_column(
+        "sessions", sa.Column("pending_count", sa.Integer(), nullable=False, server_default="0")
+    )
+    op.add_column(
+        "sessions", sa.Column("is_aborted", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
+    op.add_column(
+        "sessions",
+        sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
+    )
+    op.add_column(
+        "sessions",
+        sa.Column("state", sa.Text(), sa.Computed(_STATE, persisted=True), nullable=False),
+    )
+    op.create_check_constraint("ck_sessions_pending_count", "sessions", "pending_count >= 0")
+    op.create_index(
+        "ix_sessions_state_recent",
+        "sessions",
+        ["tenant_id", "state", sa.text("updated_at DESC"), sa.text("id DESC")],
+        postgresql_where=sa.text("state <> 'idle'"),
+    )
+
+    op.create_table(
+        "pending_inputs",
+        sa.Column("tenant_id", sa.Text(collation="C"), nullable=False),
+        sa.Column("session_id", UUID(as_uuid=True), nullable=False),
+        sa.Column("raised_seq", sa.Integer(), nullable=False),
+        sa.Column("interrupt_id", sa.Text(), nullable=False),
+        sa.Column("message", sa.Text(), nullable=False, server_default=""),
+        sa.Column("author", sa.Text(), nullable=False, server_default=""),
+        sa.Column("raised_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("response_schema", JSONB(), nullable=True),
+        sa.Column("payload", JSONB(), nullable=True),
+        sa.PrimaryKeyConstraint("tenant_id", "session_id", "raised_seq", name="pk_pending_inputs"),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "session_id"],
+            ["sessions.tenant_id", "sessions.id"],
+            name="fk_pending_inputs_tenant_id_session_id_sessions",
+            ondelete="CASCADE",
+        ),
+    )
+    op.create_index(
+        "ix_pending_inputs_interrupt",
+        "pending_inputs",
+        ["tenant_id", "session_id", "interrupt_id"],
+    )
+    op.create_table(
+        "session_markers",
+        sa.Column("tenant_id", sa.Text(collation="C"), nullable=False),
+        sa.Column("session_id", UUID(as_uuid=True), nullable=False),
+        sa.Column("kind", sa.Text(), nullable=False),
+        sa.Column("scope", sa.Text(collation="C"), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+        sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("tenant_id", "session_id", "kind", name="pk_session_markers"),
+        sa.CheckConstraint("kind IN ('aborted', 'interrupted')", name="ck_session_markers_kind"),
+    )
+    _protect("pending_inputs")
+    _protect("session_markers")
+
+    # Data: pending inputs of existing sessions, from their messages.
+    for table in ("sessions", "messages"):
+        op.execute(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+    op.execute(
+        """
+        INSERT INTO pending_inputs (tenant_id, session_id, raised_seq, interrupt_id, message,
+                                    author, raised_at, response_schema, payload)
+        SELECT m.tenant_id, m.session_id, m.seq, m.requested_input->>'interrupt_id',
+               coalesce(m.requested_input->>'message', ''), m.author, m.created_at,
+               m.requested_input->'response_schema', m.requested_input->'payload'
+        FROM messages AS m
+        WHERE m.requested_input IS NOT NULL AND m.session_id IS NOT NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM messages AS r
+              WHERE r.tenant_id = m.tenant_id AND r.session_id = m.session_id
+                AND r.seq > m.seq
+                AND r.function_response->>'id' = m.requested_input->>'interrupt_id'
+          )
+        """
+    )
+    op.execute(
+        """
+        UPDATE sessions AS s SET pending_count = p.n
+        FROM (
+            SELECT tenant_id, session_id, count(*) AS n FROM pending_inputs GROUP BY 1, 2
+        ) AS p
+        WHERE s.tenant_id = p.tenant_id AND s.id = p.session_id
+        """
+    )
+    for table in ("sessions", "messages"):
+        op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+
+
+def downgrade() -> None:
+    op.drop_table("session_markers")
+    op.drop_table("pending_inputs")
+    op.drop_index("ix_sessions_state_recent", table_name="sessions")
+    op.drop_constraint("ck_sessions_pending_count", "sessions", type_="check")
+    for column in ("state", "is_interrupted", "is_aborted", "pending_count"):
+        op.drop_column("sessions", column)

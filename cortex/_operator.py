@@ -1,0 +1,416 @@
+"""SQL for the operator surface: pending inputs, abort and interrupt markers, inspection.
+
+Plain ``async def`` functions taking ``(conn, scope, ...)``; no commits. State
+is never derived by reading history: ``pending_inputs`` rows and the
+``sessions`` flags are written in the same transaction as the messages and
+markers that change them, and ``sessions.state`` is a generated column.
+"""
+
+from __future__ import annotations
+
+import uuid
+from functools import cache
+from typing import Any, Final
+
+import jsonschema
+import jsonschema.exceptions
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cortex._filters import depth_class, path_clause, scope_params, visible
+from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
+from cortex._tables import messages, pending_inputs, session_markers, sessions
+from cortex.errors import AlreadyAborted, Conflict, InvalidInput, NotFound, SessionAborted
+from cortex.ids import SESSION_PREFIX, format_id
+from cortex.models import Message, PendingInput, Session, SessionDetail, SessionState
+from cortex.scope import Scope
+
+__all__ = [
+    "abort",
+    "check_resumable",
+    "clear_interrupted",
+    "inspect",
+    "mark_interrupted",
+    "record_inputs",
+]
+
+ABORTED: Final = "aborted"
+INTERRUPTED: Final = "interrupted"
+
+
+def _text(name: str) -> sa.BindParameter[str]:
+    return sa.bindparam(name, type_=sa.Text())
+
+
+def _sid() -> sa.BindParameter[uuid.UUID]:
+    return sa.bindparam("target_id", type_=UUID(as_uuid=True))
+
+
+def _same_session(table: sa.Table) -> sa.ColumnElement[bool]:
+    return sa.and_(table.c.tenant_id == _text("scope_tenant"), table.c.session_id == _sid())
+
+
+@cache
+def _record_statement(depth: int) -> sa.Update:
+    """Insert the batch's open questions, delete what its answers resolve, recount.
+
+    One statement. Sibling CTEs cannot see each other's rows, so questions
+    answered inside the same batch are dropped in Python before binding;
+    the DELETE then only meets questions from earlier appends. An answer
+    resolves only questions raised before it (``raised_seq < seq``).
+    """
+    asked = (
+        sa.func.unnest(
+            sa.bindparam("q_seqs", type_=ARRAY(sa.Integer())),
+            sa.bindparam("q_ids", type_=ARRAY(sa.Text())),
+            sa.bindparam("q_messages", type_=ARRAY(sa.Text())),
+            sa.bindparam("q_authors", type_=ARRAY(sa.Text())),
+            sa.bindparam("q_schemas", type_=ARRAY(sa.Text())),
+            sa.bindparam("q_payloads", type_=ARRAY(sa.Text())),
+        )
+        .table_valued(
+            sa.column("seq", sa.Integer()),
+            sa.column("interrupt_id", sa.Text()),
+            sa.column("message", sa.Text()),
+            sa.column("author", sa.Text()),
+            sa.column("response_schema", sa.Text()),
+            sa.column("payload", sa.Text()),
+            name="asked",
+        )
+        .render_derived()
+    )
+    inserted = (
+        sa.insert(pending_inputs)
+        .from_select(
+            [
+                "tenant_id",
+                "session_id",
+                "raised_seq",
+                "interrupt_id",
+                "message",
+                "author",
+                "raised_at",
+                "response_schema",
+                "payload",
+            ],
+            sa.select(
+                _text("scope_tenant"),
+                _sid(),
+                asked.c.seq,
+                asked.c.interrupt_id,
+                asked.c.message,
+                asked.c.author,
+                sa.func.clock_timestamp(),
+                sa.cast(asked.c.response_schema, JSONB()),
+                sa.cast(asked.c.payload, JSONB()),
+            ),
+        )
+        .returning(pending_inputs.c.raised_seq)
+        .cte("inserted")
+    )
+    answered = (
+        sa.func.unnest(
+            sa.bindparam("a_ids", type_=ARRAY(sa.Text())),
+            sa.bindparam("a_seqs", type_=ARRAY(sa.Integer())),
+        )
+        .table_valued(
+            sa.column("interrupt_id", sa.Text()), sa.column("seq", sa.Integer()), name="answered"
+        )
+        .render_derived()
+    )
+    resolved = (
+        sa.delete(pending_inputs)
+        .where(
+            _same_session(pending_inputs),
+            pending_inputs.c.interrupt_id == answered.c.interrupt_id,
+            pending_inputs.c.raised_seq < answered.c.seq,
+        )
+        .returning(pending_inputs.c.raised_seq)
+        .cte("resolved")
+    )
+    delta = (
+        sa.select(sa.func.count()).select_from(inserted).scalar_subquery()
+        - sa.select(sa.func.count()).select_from(resolved).scalar_subquery()
+    )
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _sid())
+        .values(pending_count=sessions.c.pending_count + delta)
+        .add_cte(inserted)
+        .add_cte(resolved)
+    )
+
+
+def _json_or_none(value: Any) -> str | None:
+    import json
+
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def record_inputs(
+    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, stored: list[Message]
+) -> None:
+    """Keep pending_inputs and pending_count current for messages just appended.
+
+    Runs in the append's transaction, after the append statement took the
+    session's row lock, so concurrent appends to the session see each other's
+    questions and answers in order.
+    """
+    answers = [(m.seq, m.function_response.id) for m in stored if m.function_response]
+    questions = [
+        (m.seq, m.requested_input, m.author)
+        for m in stored
+        if m.requested_input is not None
+        and not any(
+            a_id == m.requested_input.interrupt_id and a_seq > m.seq for a_seq, a_id in answers
+        )
+    ]
+    if not questions and not answers:
+        return
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "q_seqs": [seq for seq, _, _ in questions],
+        "q_ids": [q.interrupt_id for _, q, _ in questions],
+        "q_messages": [q.message for _, q, _ in questions],
+        "q_authors": [author for _, _, author in questions],
+        "q_schemas": [_json_or_none(q.response_schema) for _, q, _ in questions],
+        "q_payloads": [_json_or_none(q.payload) for _, q, _ in questions],
+        "a_ids": [a_id for _, a_id in answers],
+        "a_seqs": [seq for seq, _ in answers],
+    }
+    await conn.execute(_record_statement(depth_class(scope)), params)
+
+
+@cache
+def _markers_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    return sa.select(session_markers.c.kind, session_markers.c.reason).where(
+        path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
+        session_markers.c.session_id == _sid(),
+    )
+
+
+@cache
+def _pending_statement() -> sa.Select[*tuple[Any, ...]]:
+    return (
+        sa.select(pending_inputs)
+        .where(_same_session(pending_inputs))
+        .order_by(pending_inputs.c.raised_seq)
+    )
+
+
+def _pending(row: Any) -> PendingInput:
+    return PendingInput.model_construct(
+        interrupt_id=row.interrupt_id,
+        message=row.message,
+        author=row.author,
+        raised_at=row.raised_at,
+        raised_seq=row.raised_seq,
+        response_schema=row.response_schema,
+        payload=row.payload,
+    )
+
+
+async def inspect(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> SessionDetail:
+    """The session with its state, pending inputs and marker reasons.
+
+    Raises:
+        NotFound: the session is not visible.
+    """
+    session = await select_session(conn, scope, session_id)
+    params = {**scope_params(scope), "target_id": session_id}
+    reasons = {
+        row.kind: row.reason
+        for row in await conn.execute(_markers_statement(depth_class(scope)), params)
+    }
+    pending = (
+        []
+        if session.state is SessionState.ABORTED
+        else [_pending(row) for row in await conn.execute(_pending_statement(), params)]
+    )
+    return SessionDetail.model_construct(
+        session=session,
+        state=session.state,
+        pending=pending,
+        abort_reason=reasons.get(ABORTED),
+        interrupt_reason=reasons.get(INTERRUPTED),
+    )
+
+
+def _marker_insert(kind: str) -> Any:
+    return pg_insert(session_markers).values(
+        tenant_id=_text("scope_tenant"),
+        session_id=_sid(),
+        kind=kind,
+        scope=_text("marker_scope"),
+        reason=_text("reason"),
+        marked_at=sa.func.clock_timestamp(),
+    )
+
+
+@cache
+def _abort_statements(depth: int) -> tuple[Any, sa.Delete, sa.Update]:
+    marker = _marker_insert(ABORTED).on_conflict_do_nothing().returning(session_markers.c.kind)
+    clear = sa.delete(pending_inputs).where(_same_session(pending_inputs))
+    flag = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _sid())
+        .values(is_aborted=True, pending_count=0)
+        .returning(*SESSION_COLUMNS)
+    )
+    return marker, clear, flag
+
+
+async def abort(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, reason: str) -> Session:
+    """Write the durable abort marker; pending inputs are cleared.
+
+    Raises:
+        NotFound: the session is not visible.
+        AlreadyAborted: the session already carries the marker.
+    """
+    session = await select_session(conn, scope, session_id, for_update=True)
+    if session.state is SessionState.ABORTED:
+        raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
+    marker, clear, flag = _abort_statements(depth_class(scope))
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "marker_scope": str(session.scope),
+        "reason": reason,
+    }
+    if (await conn.execute(marker, params)).first() is None:
+        raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
+    await conn.execute(clear, params)
+    return row_to_session((await conn.execute(flag, params)).one())
+
+
+@cache
+def _interrupt_statements(depth: int) -> tuple[Any, sa.Update, sa.Delete, sa.Update]:
+    upsert = _marker_insert(INTERRUPTED)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=[
+            session_markers.c.tenant_id,
+            session_markers.c.session_id,
+            session_markers.c.kind,
+        ],
+        set_={
+            "reason": upsert.excluded.reason,
+            "scope": upsert.excluded.scope,
+            "marked_at": upsert.excluded.marked_at,
+        },
+    )
+    flag = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _sid())
+        .values(is_interrupted=True)
+    )
+    remove = sa.delete(session_markers).where(
+        path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
+        session_markers.c.session_id == _sid(),
+        session_markers.c.kind == INTERRUPTED,
+    )
+    unflag = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _sid(), sessions.c.is_interrupted)
+        .values(is_interrupted=False)
+    )
+    return upsert, flag, remove, unflag
+
+
+@cache
+def _session_scope_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    return sa.select(sessions.c.scope).where(visible(depth), sessions.c.id == _sid())
+
+
+async def mark_interrupted(
+    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, reason: str
+) -> None:
+    """Set (or overwrite) the interrupt marker.
+
+    If the session is visible, the marker takes the session's scope and shows
+    at once. If not, it is parked at the current exact scope, and shows when a
+    session with this id is created there. Nothing reveals whether a session
+    with this id exists elsewhere.
+    """
+    depth = depth_class(scope)
+    params: dict[str, Any] = {**scope_params(scope), "target_id": session_id, "reason": reason}
+    found = (await conn.execute(_session_scope_statement(depth), params)).scalar_one_or_none()
+    params["marker_scope"] = found if found is not None else str(scope)
+    upsert, flag, _, _ = _interrupt_statements(depth)
+    await conn.execute(upsert, params)
+    if found is not None:
+        await conn.execute(flag, params)
+
+
+async def clear_interrupted(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> None:
+    """Remove the interrupt marker visible from ``scope``; a no-op if there is none."""
+    depth = depth_class(scope)
+    params = {**scope_params(scope), "target_id": session_id}
+    _, _, remove, unflag = _interrupt_statements(depth)
+    await conn.execute(remove, params)
+    await conn.execute(unflag, params)
+
+
+@cache
+def _asked_before_statement() -> sa.Select[tuple[bool]]:
+    return sa.select(
+        sa.exists().where(
+            messages.c.tenant_id == _text("scope_tenant"),
+            messages.c.session_id == _sid(),
+            messages.c.requested_input["interrupt_id"].astext == _text("interrupt_id"),
+        )
+    )
+
+
+@cache
+def _pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
+    return (
+        sa.select(pending_inputs)
+        .where(
+            _same_session(pending_inputs), pending_inputs.c.interrupt_id == _text("interrupt_id")
+        )
+        .order_by(pending_inputs.c.raised_seq)
+    )
+
+
+def _validate(response: Any, schema: dict[str, Any] | None) -> None:
+    if schema is None:
+        return
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(response))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        raise InvalidInput(f"response: at {where}: {error.message}")
+
+
+async def check_resumable(
+    conn: AsyncConnection,
+    scope: Scope,
+    session_id: uuid.UUID,
+    interrupt_id: str,
+    response: Any,
+) -> None:
+    """Check, under the session's row lock, that ``response`` may answer ``interrupt_id``.
+
+    The lock serialises concurrent resumes of one session: the second sees
+    the first one's answer and gets Conflict.
+
+    Raises:
+        NotFound: the session is not visible, or never asked ``interrupt_id``.
+        SessionAborted: the session carries an abort marker.
+        Conflict: the interrupt was already answered.
+        InvalidInput: ``response`` fails the question's response schema.
+    """
+    session = await select_session(conn, scope, session_id, for_update=True)
+    if session.state is SessionState.ABORTED:
+        raise SessionAborted(f"session {format_id(SESSION_PREFIX, session_id)} was aborted")
+    params = {**scope_params(scope), "target_id": session_id, "interrupt_id": interrupt_id}
+    pending = (await conn.execute(_pending_by_id_statement(), params)).all()
+    if not pending:
+        if (await conn.execute(_asked_before_statement(), params)).scalar_one():
+            raise Conflict(f"interrupt {interrupt_id!r} was already answered")
+        raise NotFound(f"no pending input {interrupt_id!r} in this session")
+    for row in pending:
+        _validate(response, row.response_schema)
