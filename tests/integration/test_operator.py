@@ -22,7 +22,7 @@ from cortex import (
 )
 from cortex.ids import format_id, new_uuid
 
-SCHEMA = {
+SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "amount": {"type": "integer", "maximum": 100}},
     "required": ["approved"],

@@ -1,0 +1,1 @@
+"""Benchmark helpers: a fast, deterministic seeder for query-plan and load measurements."""
