@@ -125,6 +125,8 @@ async def run_transaction(
     engine: AsyncEngine,
     scope: Scope,
     body: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    custom_plans: bool = False,
 ) -> T:
     """Run ``body`` in one transaction bound to ``scope``'s tenant; commit if it returns.
 
@@ -142,7 +144,7 @@ async def run_transaction(
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             with translate_errors():
-                return await _attempt(engine, scope, body)
+                return await _attempt(engine, scope, body, custom_plans)
         except DatabaseError as exc:
             state = sqlstate_of(exc.__cause__) if exc.__cause__ is not None else None
             if state not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
@@ -165,19 +167,26 @@ async def _driver(conn: AsyncConnection) -> asyncpg.Connection:
     return raw
 
 
-def _begin_sql(scope: Scope) -> str:
+def _begin_sql(scope: Scope, *, custom_plans: bool) -> str:
     # One simple-protocol round trip: BEGIN and the tenant binding together
     # (a bind parameter would need the extended protocol and a second round
     # trip). The tenant is a validated scope segment ([A-Za-z0-9._:-], no
     # quote), so the literal cannot break out; quotes are doubled regardless.
     tenant = scope.tenant.replace("'", "''")
-    return f"BEGIN; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
+    sql = f"BEGIN; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
+    if custom_plans:
+        # Searches: a term's selectivity decides the plan (a rare term wants
+        # the trigram index, a common one the listing index), so a plan
+        # cached for one term is wrong for the next (docs/query-plans.md, P4).
+        sql += "; SET LOCAL plan_cache_mode = force_custom_plan"
+    return sql
 
 
 async def _attempt(
     engine: AsyncEngine,
     scope: Scope,
     body: Callable[[AsyncConnection], Awaitable[T]],
+    custom_plans: bool,
 ) -> T:
     # Checkout is shielded: cancelling it mid-handshake would tear down a
     # half-open connection (asyncpg then reports a lost connection on a
@@ -192,7 +201,7 @@ async def _attempt(
             # Row-level security reads the tenant setting; it lives until
             # COMMIT/ROLLBACK only, so a pooled connection never carries a
             # tenant into its next checkout.
-            await driver.execute(_begin_sql(scope))
+            await driver.execute(_begin_sql(scope, custom_plans=custom_plans))
             result = await body(conn)
             with anyio.CancelScope(shield=True):
                 await driver.execute("COMMIT")

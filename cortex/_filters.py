@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from cortex._tables import sessions
-from cortex.models import ListFilter
+from cortex.models import ListFilter, SessionState
 from cortex.scope import SEPARATOR, Scope
 
 __all__ = [
@@ -96,8 +96,12 @@ def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
     if depth == 1:
         return tenant
     if depth == 2:
+        # The 2 is SQL text, not a parameter: a generic plan can prove the
+        # partial index's predicate (scope_depth >= 2) only from a constant.
         return sa.and_(
-            tenant, sessions.c.scope_depth >= 2, sessions.c.scope_l2 == _text(f"{key}_path")
+            tenant,
+            sessions.c.scope_depth >= sa.literal_column("2"),
+            sessions.c.scope_l2 == _text(f"{key}_path"),
         )
     return sa.and_(
         tenant,
@@ -134,7 +138,8 @@ class FilterShape(NamedTuple):
     agent: bool
     default_only: bool
     search: bool
-    state: bool
+    # The state itself, not a flag: it is rendered as a constant (see session_predicate).
+    state: SessionState | None
 
 
 def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
@@ -145,7 +150,7 @@ def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
         flt.agent_id is not None,
         flt.default_only,
         bool(flt.search),
-        flt.state is not None,
+        flt.state,
     )
 
 
@@ -156,8 +161,6 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
         params["agent_id"] = flt.agent_id
     if flt.search:
         params["search_pattern"] = escape_like(flt.search)
-    if flt.state is not None:
-        params["state"] = flt.state.value
     return params
 
 
@@ -180,10 +183,12 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
                 sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
             )
         )
-    if shape.state:
-        # Non-idle states are served by ix_sessions_state_recent (partial, small);
-        # 'idle' is most sessions, so the listing indexes serve it as a filter.
-        conditions.append(sessions.c.state == _text("state"))
+    if shape.state is not None:
+        # A constant, not a parameter, so that even a generic plan can use the
+        # partial ix_sessions_state_recent (WHERE state <> 'idle') for the few
+        # non-idle sessions; 'idle' is most sessions, which the listing
+        # indexes serve as a filter. Enum values only: nothing to escape.
+        conditions.append(sessions.c.state == sa.literal_column(f"'{shape.state.value}'"))
     return sa.and_(*conditions)
 
 

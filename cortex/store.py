@@ -98,8 +98,16 @@ class Store:
         """The underlying SQLAlchemy engine (for health checks and tests)."""
         return self._engine
 
-    async def _run(self, scope: Scope, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        return await run_transaction(self._engine, scope, body)
+    async def _run(
+        self,
+        scope: Scope,
+        body: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        flt: ListFilter | None = None,
+    ) -> T:
+        # A search is planned for its own term each time (see cortex._db).
+        custom_plans = flt is not None and bool(flt.search)
+        return await run_transaction(self._engine, scope, body, custom_plans=custom_plans)
 
     # --- sessions -------------------------------------------------------------
 
@@ -201,12 +209,15 @@ class Store:
             lambda conn: _sessions.select_page(
                 conn, scope, flt, limit=flt.page_size, offset=flt.offset
             ),
+            flt=flt,
         )
 
     async def count_sessions(self, filter: ListFilter | None = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""
         scope, flt = current_scope(), _copy_filter(_filter(filter))
-        return await self._run(scope, lambda conn: _sessions.count_sessions(conn, scope, flt))
+        return await self._run(
+            scope, lambda conn: _sessions.count_sessions(conn, scope, flt), flt=flt
+        )
 
     async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:
         """Every matching session in list order, fetched page by page.
@@ -229,6 +240,7 @@ class Store:
                 partial(
                     _sessions.select_page, scope=scope, flt=flt, limit=flt.page_size, after=after
                 ),
+                flt=flt,
             )
             for session in batch:
                 yield session

@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from cortex import ListFilter, Scope
+from cortex import ListFilter, Scope, SessionState
 from cortex._filters import (
     escape_like,
     filter_params,
@@ -84,3 +84,12 @@ def test_count_gets_no_pagination() -> None:
     text = sql(listing, {**params, "limit": 5, "offset": 10})
     assert "ORDER BY sessions.updated_at DESC, sessions.id DESC" in text
     assert "LIMIT 5 OFFSET 10" in text
+
+
+def test_partial_index_predicates_are_constants() -> None:
+    # Generic (prepared) plans can use a partial index only if its predicate
+    # follows from constants in the statement, not from parameters.
+    shape = filter_shape(Scope.parse("acme/x"), ListFilter(state=SessionState.PAUSED))
+    text = str(sa.select(sessions.c.id).where(session_predicate(shape)).compile(dialect=_PG))
+    assert "sessions.scope_depth >= 2" in text
+    assert "sessions.state = 'paused'" in text
