@@ -1,0 +1,84 @@
+"""Every limit is enforced before any SQL runs.
+
+The store here points at a port where nothing listens: a call that reached
+the database would raise DatabaseUnavailable. Each bad call must raise
+InvalidInput instead, which proves it was refused first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from cortex import InvalidInput, ListFilter, NewMessage, Session, Store, use_scope
+from cortex._db import make_engine
+from cortex.ids import format_id, new_uuid
+
+pytestmark = pytest.mark.anyio
+
+SID = format_id("ses", new_uuid())
+BIG = "x" * (64 * 1024 + 1)
+
+CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
+    ("agent id empty", lambda s: s.create_session("")),
+    ("agent id whitespace", lambda s: s.create_session("a b")),
+    ("agent id long", lambda s: s.create_session("a" * 129)),
+    ("title long", lambda s: s.create_session("a", title="t" * 1001)),
+    ("title NUL", lambda s: s.create_session("a", title="\x00")),
+    ("metadata big", lambda s: s.create_session("a", metadata={"k": BIG})),
+    ("metadata NUL", lambda s: s.create_session("a", metadata={"k": "\x00"})),
+    ("session id malformed", lambda s: s.create_session("a", session_id="ses_bad")),
+    ("get malformed", lambda s: s.get_session("nope")),
+    ("get wrong prefix", lambda s: s.get_session(format_id("msg", new_uuid()))),
+    ("delete malformed", lambda s: s.delete_session("")),
+    ("update forged", lambda s: s.update_session(_forged(title="t" * 1001))),
+    ("update metadata NUL", lambda s: s.update_session(_forged(metadata={"\x00": 1}))),
+    ("list offset on iter", lambda s: _drain(s, ListFilter(offset=1))),
+    ("resolve bad agent", lambda s: s.resolve_session("a b")),
+    ("resolve bad id", lambda s: s.resolve_session("a", "x")),
+    ("set default bad id", lambda s: s.set_default_session("x")),
+    ("append none", lambda s: s.append_messages(SID, [])),
+    ("append too many", lambda s: s.append_messages(SID, [NewMessage("user")] * 1001)),
+    (
+        "append content NUL",
+        lambda s: s.append_messages(SID, [NewMessage.model_construct(role="user", content="\x00")]),
+    ),
+    (
+        "append content big",
+        lambda s: s.append_messages(
+            SID, [NewMessage.model_construct(role="user", content="x" * (1024 * 1024 + 1))]
+        ),
+    ),
+    ("list messages limit", lambda s: s.list_messages(SID, limit=0)),
+    ("list messages after", lambda s: s.list_messages(SID, after_seq=-1)),
+    ("abort reason long", lambda s: s.abort_session(SID, "r" * 1001)),
+    ("abort reason NUL", lambda s: s.abort_session(SID, "\x00")),
+    ("resume interrupt id", lambda s: s.resume(SID, "i" * 129, {})),
+    ("resume payload big", lambda s: s.resume(SID, "i", {"k": BIG})),
+    ("resume author NUL", lambda s: s.resume(SID, "i", {}, author="\x00")),
+    ("mark reason long", lambda s: s.mark_interrupted(SID, "r" * 1001)),
+    ("clear malformed", lambda s: s.clear_interrupted("ses_")),
+]
+
+
+def _forged(**changes: Any) -> Session:
+    base = Session.model_construct(id=SID, agent_id="a", title="", metadata={})
+    return base.model_copy(update=changes)
+
+
+async def _drain(store: Store, flt: ListFilter) -> None:
+    async for _ in store.iter_sessions(flt):
+        pass
+
+
+@pytest.mark.parametrize("case", CALLS, ids=[label for label, _ in CALLS])
+async def test_refused_before_any_sql(case: tuple[str, Callable[[Store], Awaitable[Any]]]) -> None:
+    _, call = case
+    engine = make_engine("postgresql://nobody@127.0.0.1:1/none", manual_transactions=True)
+    try:
+        with use_scope("acme/x"), pytest.raises(InvalidInput):
+            await call(Store(engine))
+    finally:
+        await engine.dispose()
