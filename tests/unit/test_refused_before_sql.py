@@ -8,6 +8,7 @@ InvalidInput instead, which proves it was refused first.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -64,7 +65,8 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
 
 
 def _forged(**changes: Any) -> Session:
-    base = Session.model_construct(id=SID, agent_id="a", title="", metadata={})
+    now = datetime.now(UTC)
+    base = Session(id=SID, agent_id="a", scope="acme/x", created_at=now, updated_at=now)
     return base.model_copy(update=changes)
 
 
