@@ -1,0 +1,116 @@
+"""``python -m benchmarks <scenario> [--dsn URL] [--n N] [--concurrency C] [--quick] [--json FILE]``.
+
+Scenarios: ``append`` (the message-counter path), ``listing`` (list and count
+at scale), ``resolve`` (default resolution), or ``all``. The database server
+comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
+embedded PostgreSQL; each scenario runs in a throwaway database it creates and
+drops. ``--json`` writes one object per scenario and a PNG chart beside it.
+Benchmarks measure; they never pass or fail on a time. The exit code is 1 only
+if a correctness invariant broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchmarks import append, listing, resolve
+from benchmarks._common import bench_database, server_facts
+
+SCENARIOS = ("append", "listing", "resolve")
+
+
+@contextmanager
+def _server(dsn: str | None) -> Iterator[str]:
+    if dsn:
+        yield dsn
+        return
+    from cortex.embedded import database_url
+
+    with database_url() as (url, _embedded):
+        yield url
+
+
+def _params(scenario: str, args: argparse.Namespace) -> Any:
+    quick = args.quick
+    c = args.concurrency
+    if scenario == "append":
+        n = args.n or (800 if quick else 4000)
+        return append.Params(n=n, concurrency=c, k=args.k, sessions=50 if quick else 200)
+    if scenario == "resolve":
+        n = args.n or (800 if quick else 4000)
+        return resolve.Params(n=n, concurrency=c, race_pairs=20 if quick else 50)
+    sessions = args.n or (20_000 if quick else 1_000_000)
+    return listing.Params(sessions=sessions, repeats=30 if quick else 200)
+
+
+async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
+    facts = await server_facts(server)
+    params = _params(scenario, args)
+    print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")
+    started = time.perf_counter()
+    async with bench_database(server, keep=args.keep) as db:
+        module = {"append": append, "listing": listing, "resolve": resolve}[scenario]
+        results, ok = await module.run(db, params)
+    return {
+        "scenario": scenario,
+        "params": vars(params) if hasattr(params, "__dict__") else params.__dict__,
+        **facts,
+        "seconds": round(time.perf_counter() - started, 1),
+        "results": [r.as_dict() for r in results],
+        "invariants_ok": ok,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    parser.add_argument(
+        "--dsn",
+        help="superuser URL of a PostgreSQL server (default: $CORTEX_DATABASE_URL, else embedded)",
+    )
+    parser.add_argument(
+        "--n", type=int, default=0, help="appends/resolves per side per mode, or sessions to seed"
+    )
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--k", type=int, default=1, help="messages per append")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: each scenario well under a minute"
+    )
+    parser.add_argument("--json", type=Path, help="write results here (and a PNG chart beside it)")
+    parser.add_argument("--keep", action="store_true", help="keep the throwaway databases")
+    args = parser.parse_args(argv)
+    scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
+    with _server(args.dsn or os.environ.get("CORTEX_DATABASE_URL")) as server:
+        reports = [asyncio.run(_run_one(s, server, args)) for s in scenarios]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(reports if len(reports) > 1 else reports[0], indent=2, default=str)
+        )
+        print(f"\nwrote {args.json}")
+        try:
+            from benchmarks.chart import draw
+        except ImportError:
+            print("(no chart: pip install matplotlib)")
+        else:
+            png = args.json.with_suffix(".png")
+            draw(reports, png)
+            print(f"wrote {png}")
+    broken = [r["scenario"] for r in reports if not r["invariants_ok"]]
+    if broken:
+        print(f"!!! invariants broken in: {', '.join(broken)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

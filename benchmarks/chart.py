@@ -1,0 +1,56 @@
+"""The PNG beside ``--json``: cortex/floor ratios and cortex's latencies, per scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+
+import matplotlib.pyplot as plt
+
+
+def draw(reports: list[dict[str, Any]], png: Path) -> None:
+    """One row per scenario: the ratio to the floor (left) and p50/p95 latency (right)."""
+    rows = len(reports)
+    fig, axes = plt.subplots(
+        rows,
+        2,
+        figsize=(15, 1.2 + 0.42 * max(len(r["results"]) for r in reports) * rows),
+        squeeze=False,
+    )
+    for (ratio_ax, latency_ax), report in zip(axes, reports, strict=True):
+        results = report["results"]
+        names = [r["name"] for r in results]
+        ys = range(len(results))
+        ratios = [r["ratio"] for r in results]
+        colors = ["#2a9d8f" if x >= 0.8 else "#e9c46a" if x >= 0.5 else "#e76f51" for x in ratios]
+        ratio_ax.barh(list(ys), ratios, color=colors)
+        ratio_ax.axvline(1.0, color="black", linewidth=0.8)
+        ratio_ax.set_yticks(list(ys), names, fontsize=8)
+        ratio_ax.invert_yaxis()
+        ratio_ax.set_xlabel("cortex / raw asyncpg floor (1.0 = as fast as hand-written)")
+        ratio_ax.set_title(f"{report['scenario']}: ratio to the floor", fontsize=10)
+        p50 = [r["cortex"]["p50_ms"] for r in results]
+        p95 = [r["cortex"]["p95_ms"] for r in results]
+        floor95 = [r["floor"]["p95_ms"] for r in results]
+        height = 0.27
+        latency_ax.barh([y - height for y in ys], p50, height, label="cortex p50", color="#264653")
+        latency_ax.barh(list(ys), p95, height, label="cortex p95", color="#2a9d8f")
+        latency_ax.barh(
+            [y + height for y in ys], floor95, height, label="floor p95", color="#b0b0b0"
+        )
+        latency_ax.set_yticks(list(ys), [""] * len(results))
+        latency_ax.invert_yaxis()
+        latency_ax.set_xscale("log")
+        latency_ax.set_xlabel("latency, ms (log)")
+        latency_ax.set_title(
+            f"PostgreSQL {report['postgres_version'].split()[0]}, {report['cpus']} CPUs",
+            fontsize=10,
+        )
+        latency_ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
