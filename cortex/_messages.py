@@ -11,15 +11,22 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cortex._db import Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
 from cortex._sessions import select_session
 from cortex._tables import messages, sessions
 from cortex.errors import NotFound
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid
-from cortex.models import FunctionResponse, Message, NewMessage, RequestedInput, check_json
+from cortex.models import (
+    FunctionResponse,
+    Message,
+    NewMessage,
+    RequestedInput,
+    check_json,
+    from_database,
+)
 from cortex.scope import Scope
 
 __all__ = ["append_messages", "list_messages", "row_to_message"]
@@ -38,27 +45,27 @@ _MESSAGE_COLUMNS: Final = (
 )
 
 
-def row_to_message(row: sa.Row[*tuple[Any, ...]]) -> Message:
+def row_to_message(row: Row) -> Message:
     """Build the public model from a row selected with the message columns."""
-    return Message.model_construct(
-        id=format_id(MESSAGE_PREFIX, row.id),
-        session_id=format_id(SESSION_PREFIX, row.session_id),
-        seq=row.seq,
-        role=row.role,
-        content=row.content,
-        author=row.author,
-        requested_input=(
-            None
-            if row.requested_input is None
-            else RequestedInput.model_construct(**row.requested_input)
-        ),
-        function_response=(
-            None
-            if row.function_response is None
-            else FunctionResponse.model_construct(**row.function_response)
-        ),
-        metadata=row.metadata,
-        created_at=row.created_at,
+    requested, response = row["requested_input"], row["function_response"]
+    return from_database(
+        Message,
+        {
+            "id": format_id(MESSAGE_PREFIX, row["id"]),
+            "session_id": format_id(SESSION_PREFIX, row["session_id"]),
+            "seq": row["seq"],
+            "role": row["role"],
+            "content": row["content"],
+            "author": row["author"],
+            "requested_input": (
+                None if requested is None else RequestedInput.model_construct(**requested)
+            ),
+            "function_response": (
+                None if response is None else FunctionResponse.model_construct(**response)
+            ),
+            "metadata": row["metadata"],
+            "created_at": row["created_at"],
+        },
     )
 
 
@@ -197,7 +204,7 @@ def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
 
 
 async def append_messages(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]
+    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]
 ) -> list[Message]:
     """Append ``batch`` to a visible session in one statement.
 
@@ -217,7 +224,7 @@ async def append_messages(
 
 
 async def list_messages(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, *, after_seq: int, limit: int
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, after_seq: int, limit: int
 ) -> list[Message]:
     """Messages of a visible session with ``seq > after_seq``, by seq.
 

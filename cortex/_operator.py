@@ -17,8 +17,8 @@ import jsonschema.exceptions
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from cortex._db import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
 from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
 from cortex._tables import messages, pending_inputs, session_markers, sessions
@@ -150,7 +150,7 @@ def _json_or_none(value: Any) -> str | None:
 
 
 async def record_inputs(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, stored: list[Message]
+    conn: Tx, scope: Scope, session_id: uuid.UUID, stored: list[Message]
 ) -> None:
     """Keep pending_inputs and pending_count current for messages just appended.
 
@@ -213,7 +213,7 @@ def _pending(row: Any) -> PendingInput:
     )
 
 
-async def inspect(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> SessionDetail:
+async def inspect(conn: Tx, scope: Scope, session_id: uuid.UUID) -> SessionDetail:
     """The session with its state, pending inputs and marker reasons.
 
     Raises:
@@ -263,7 +263,7 @@ def _abort_statements(depth: int) -> tuple[Any, sa.Delete, sa.Update]:
     return marker, clear, flag
 
 
-async def abort(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, reason: str) -> Session:
+async def abort(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> Session:
     """Write the durable abort marker; pending inputs are cleared.
 
     Raises:
@@ -324,9 +324,7 @@ def _session_scope_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     return sa.select(sessions.c.scope).where(visible(depth), sessions.c.id == _sid())
 
 
-async def mark_interrupted(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, reason: str
-) -> None:
+async def mark_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> None:
     """Set (or overwrite) the interrupt marker.
 
     If the session is visible, the marker takes the session's scope and shows
@@ -344,7 +342,7 @@ async def mark_interrupted(
         await conn.execute(flag, params)
 
 
-async def clear_interrupted(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> None:
+async def clear_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
     """Remove the interrupt marker visible from ``scope``; a no-op if there is none."""
     depth = depth_class(scope)
     params = {**scope_params(scope), "target_id": session_id}
@@ -386,7 +384,7 @@ def _validate(response: Any, schema: dict[str, Any] | None) -> None:
 
 
 async def check_resumable(
-    conn: AsyncConnection,
+    conn: Tx,
     scope: Scope,
     session_id: uuid.UUID,
     interrupt_id: str,

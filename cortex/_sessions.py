@@ -11,13 +11,12 @@ import uuid
 from functools import cache
 from typing import Any, Final
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cortex._db import RetryTransaction
+from cortex._db import RetryTransaction, Row, Tx
 from cortex._filters import (
     FilterShape,
     after_cursor,
@@ -34,7 +33,7 @@ from cortex._filters import (
 from cortex._tables import session_markers, sessions
 from cortex.errors import Conflict, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
-from cortex.models import ListFilter, Session, SessionState
+from cortex.models import ListFilter, Session, SessionState, from_database
 from cortex.scope import Scope
 
 __all__ = [
@@ -71,22 +70,25 @@ SESSION_COLUMNS: Final = (
 _UQ_DEFAULT: Final = "uq_sessions_default"
 
 
-def row_to_session(row: sa.Row[*tuple[Any, ...]]) -> Session:
+def row_to_session(row: Row) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS."""
-    return Session.model_construct(
-        id=format_id(SESSION_PREFIX, row.id),
-        agent_id=row.agent_id,
-        scope=Scope.parse(row.scope),
-        title=row.title,
-        metadata=row.metadata,
-        message_count=row.message_count,
-        last_message=row.last_message,
-        is_default=row.is_default,
-        backfilled_by=row.backfilled_by,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        state=SessionState(row.state),
-        pending_count=row.pending_count,
+    return from_database(
+        Session,
+        {
+            "id": format_id(SESSION_PREFIX, row["id"]),
+            "agent_id": row["agent_id"],
+            "scope": Scope.parse(row["scope"]),
+            "title": row["title"],
+            "metadata": row["metadata"],
+            "message_count": row["message_count"],
+            "last_message": row["last_message"],
+            "is_default": row["is_default"],
+            "backfilled_by": row["backfilled_by"],
+            "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
+            "state": SessionState(row["state"]),
+            "pending_count": row["pending_count"],
+        },
     )
 
 
@@ -167,7 +169,7 @@ def _update_statement(depth: int) -> sa.Update:
 
 
 @cache
-def _delete_statement(depth: int) -> sa.Executable:
+def _delete_statement(depth: int) -> sa.ClauseElement:
     return (
         sa.delete(sessions)
         .where(visible(depth), sessions.c.id == _id_param())
@@ -230,7 +232,7 @@ def _not_found(session_id: uuid.UUID) -> NotFound:
 
 
 async def insert_session(
-    conn: AsyncConnection,
+    conn: Tx,
     scope: Scope,
     *,
     session_id: uuid.UUID,
@@ -254,7 +256,7 @@ async def insert_session(
     }
     try:
         row = (await conn.execute(_insert_statement(), params)).one()
-    except IntegrityError as exc:
+    except asyncpg.UniqueViolationError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
         raise Conflict(
@@ -264,7 +266,7 @@ async def insert_session(
 
 
 async def select_session(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, *, for_update: bool = False
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, for_update: bool = False
 ) -> Session:
     """The session if it is visible from ``scope``.
 
@@ -279,7 +281,7 @@ async def select_session(
 
 
 async def update_session(
-    conn: AsyncConnection, scope: Scope, session_id: uuid.UUID, *, title: str, metadata_json: str
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, title: str, metadata_json: str
 ) -> Session:
     """Write the host-owned columns (title, metadata) and move updated_at; nothing else.
 
@@ -298,7 +300,7 @@ async def update_session(
     return row_to_session(row)
 
 
-async def delete_session(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> None:
+async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
     """Delete a visible session; its messages, pending inputs and markers go with it.
 
     Raises:
@@ -313,7 +315,7 @@ async def delete_session(conn: AsyncConnection, scope: Scope, session_id: uuid.U
 
 
 async def select_page(
-    conn: AsyncConnection,
+    conn: Tx,
     scope: Scope,
     flt: ListFilter,
     *,
@@ -330,13 +332,13 @@ async def select_page(
     return [row_to_session(row) for row in rows]
 
 
-async def count_sessions(conn: AsyncConnection, scope: Scope, flt: ListFilter) -> int:
+async def count_sessions(conn: Tx, scope: Scope, flt: ListFilter) -> int:
     """How many sessions the listing would return without limit or offset."""
     stmt = _count_statement(filter_shape(scope, flt))
-    return (await conn.execute(stmt, filter_params(scope, flt))).scalar_one()
+    return int((await conn.execute(stmt, filter_params(scope, flt))).scalar_one())
 
 
-async def resolve_default(conn: AsyncConnection, scope: Scope, agent_id: str) -> Session:
+async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
     """The default session of (agent, exact scope), created if absent.
 
     Concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` against the partial
@@ -361,6 +363,12 @@ async def resolve_default(conn: AsyncConnection, scope: Scope, agent_id: str) ->
 
 
 @cache
+def _lock_statement() -> sa.Select[Any]:
+    key = sa.bindparam("lock_key", type_=sa.Text())
+    return sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0)))
+
+
+@cache
 def _switch_statements(depth: int) -> tuple[sa.Update, sa.Update]:
     """Demote the current default and promote the target, within one (agent, scope)."""
     same_thread = sa.and_(
@@ -382,7 +390,7 @@ def _switch_statements(depth: int) -> tuple[sa.Update, sa.Update]:
     return demote, promote
 
 
-async def set_default(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID) -> Session:
+async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     """Make a visible session the default of its (agent, scope), demoting the old one.
 
     Concurrency: the target row is locked, then a transaction-scoped advisory
@@ -399,7 +407,7 @@ async def set_default(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID
     if target.is_default:
         return target
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
-    await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0))))
+    await conn.execute(_lock_statement(), {"lock_key": key})
     demote, promote = _switch_statements(depth_class(scope))
     params = {
         **scope_params(scope),
@@ -410,7 +418,7 @@ async def set_default(conn: AsyncConnection, scope: Scope, session_id: uuid.UUID
     await conn.execute(demote, params)
     try:
         row = (await conn.execute(promote, params)).one()
-    except IntegrityError as exc:
+    except asyncpg.UniqueViolationError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise RetryTransaction from exc
         raise

@@ -119,10 +119,11 @@ def sqlstate_of(exc: BaseException) -> str | None:
 
 
 def constraint_of(exc: BaseException) -> str | None:
-    """The name of the constraint or index a driver error reports, or None."""
-    orig = getattr(exc, "orig", None)
-    driver = getattr(orig, "__cause__", None)
-    name = getattr(driver, "constraint_name", None)
+    """The name of the constraint or index a driver error reports (raw or wrapped), or None."""
+    name = getattr(exc, "constraint_name", None)
+    if name is None:
+        driver = getattr(getattr(exc, "orig", None), "__cause__", None)
+        name = getattr(driver, "constraint_name", None)
     return name if isinstance(name, str) else None
 
 

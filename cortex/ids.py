@@ -12,6 +12,7 @@ from typing import Final
 
 import uuid_utils
 from typeid import TypeID
+from typeid.codecs import base32
 from typeid.errors import TypeIDException
 
 from cortex.errors import InvalidInput
@@ -31,8 +32,12 @@ def new_uuid() -> uuid.UUID:
 
 
 def format_id(prefix: str, value: uuid.UUID) -> str:
-    """Render a stored uuid as its public TypeID string."""
-    return str(TypeID.from_uuid(suffix=uuid_utils.UUID(bytes=value.bytes), prefix=prefix))
+    """Render a stored uuid as its public TypeID string.
+
+    Straight through the TypeID base32 codec: building a TypeID object per
+    row cost more than the rest of a listing row's conversion.
+    """
+    return f"{prefix}_{base32.encode(value.bytes)}"
 
 
 def parse_id(prefix: str, text: object, *, field: str = "id") -> uuid.UUID:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import jsonschema
 import jsonschema.exceptions
@@ -97,6 +97,27 @@ class _Model(BaseModel):
             super().__setattr__(name, value)
         except ValidationError as exc:
             raise invalid_input(exc) from None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def from_database(cls: type[M], values: dict[str, Any]) -> M:
+    """Build a model from values the database already holds, without validating them.
+
+    What ``model_construct`` does, minus its per-field default handling: every
+    field is present, so this only sets the instance's slots. Reading a page of
+    50 sessions spent more time in ``model_construct`` than in PostgreSQL. A
+    unit test keeps the result identical to ``model_construct``'s.
+    """
+    obj = cls.__new__(cls)
+    # In field order, as model_construct leaves them (serialisation follows it).
+    ordered = {name: values[name] for name in cls.__pydantic_fields__}
+    object.__setattr__(obj, "__dict__", ordered)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(ordered))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
 
 
 # --- field checks shared by the models and the store's plain arguments -------

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any, Final
 
 from pydantic import GetCoreSchemaHandler
@@ -71,6 +72,10 @@ class Scope:
         """
         if not isinstance(path, str):
             raise InvalidScope(f"a scope path must be a string, got {type(path).__name__}")
+        if cls is Scope:
+            # Scopes are immutable, and a listing reads the same few paths over
+            # and over: parse each path once.
+            return _parse_cached(path)
         return cls(*path.split(SEPARATOR))
 
     @property
@@ -133,6 +138,11 @@ class Scope:
             python_schema=from_str,
             serialization=core_schema.plain_serializer_function_ser_schema(str),
         )
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(path: str) -> Scope:
+    return Scope(*path.split(SEPARATOR))
 
 
 def _coerce_scope(value: object) -> Scope:

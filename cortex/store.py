@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cortex import _messages, _operator, _sessions
-from cortex._db import check_schema, make_engine, run_transaction
+from cortex._db import Tx, check_schema, make_engine, run_transaction
 from cortex.errors import InvalidInput, NotFound
 from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
 from cortex.models import (
@@ -101,7 +101,7 @@ class Store:
     async def _run(
         self,
         scope: Scope,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[Tx], Awaitable[T]],
         *,
         flt: ListFilter | None = None,
     ) -> T:
@@ -392,7 +392,7 @@ class Store:
             function_response=FunctionResponse(id=interrupt_id, response=response),
         )
 
-        async def body(conn: AsyncConnection) -> Message:
+        async def body(conn: Tx) -> Message:
             await _operator.check_resumable(conn, scope, sid, interrupt_id, response)
             (stored,) = await _messages.append_messages(conn, scope, sid, [answer])
             return stored

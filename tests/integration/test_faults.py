@@ -10,7 +10,6 @@ import anyio
 import asyncpg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 import cortex
 from cortex import (
@@ -22,7 +21,7 @@ from cortex import (
     Scope,
     use_scope,
 )
-from cortex._db import MAX_ATTEMPTS, run_transaction
+from cortex._db import MAX_ATTEMPTS, Tx, run_transaction
 from tests.conftest import Database, admin, with_database
 
 
@@ -181,7 +180,7 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
 async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
     attempts = 0
 
-    async def flaky(conn: AsyncConnection) -> str:
+    async def flaky(conn: Tx) -> str:
         nonlocal attempts
         attempts += 1
         if attempts < 3:
@@ -195,7 +194,7 @@ async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
 
     attempts = 0
 
-    async def hopeless(conn: AsyncConnection) -> None:
+    async def hopeless(conn: Tx) -> None:
         nonlocal attempts
         attempts += 1
         await conn.execute(
@@ -215,7 +214,7 @@ async def test_real_deadlock_is_retried(store: cortex.Store, tenant: str) -> Non
     arrived = 0
 
     def body(first: str, second: str):  # type: ignore[no-untyped-def]  # small local closure
-        async def run(conn: AsyncConnection) -> None:
+        async def run(conn: Tx) -> None:
             nonlocal arrived
             stmt = sa.text(
                 "UPDATE sessions SET title = title || '.' WHERE tenant_id = :t AND id = :id"

@@ -5,7 +5,16 @@ from typing import Any
 
 import pytest
 
-from cortex import FunctionResponse, InvalidInput, ListFilter, NewMessage, RequestedInput, Session
+from cortex import (
+    FunctionResponse,
+    InvalidInput,
+    ListFilter,
+    NewMessage,
+    RequestedInput,
+    Scope,
+    Session,
+    SessionState,
+)
 from cortex.models import (
     MAX_CONTENT_BYTES,
     MAX_JSON_BYTES,
@@ -122,3 +131,32 @@ def test_requested_input_schema_checked() -> None:
         RequestedInput(interrupt_id="i", payload="x" * (MAX_JSON_BYTES + 1))
     with pytest.raises(InvalidInput):
         FunctionResponse(id="i", response={"k": "\x00"})
+
+
+def test_from_database_equals_model_construct() -> None:
+    from cortex.models import from_database
+
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "id": "ses_01m8n5v2k0ecc9ehf091kvpg8h",
+        "agent_id": "a",
+        "scope": Scope.parse("acme/x"),
+        "title": "t",
+        "metadata": {"k": [1]},
+        "message_count": 3,
+        "last_message": "m",
+        "is_default": True,
+        "backfilled_by": "",
+        "created_at": now,
+        "updated_at": now,
+        "state": SessionState.PAUSED,
+        "pending_count": 1,
+    }
+    fast = from_database(Session, dict(values))
+    slow = Session.model_construct(**values)
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.model_dump_json() == slow.model_dump_json()
+    with pytest.raises(InvalidInput):
+        fast.title = "x" * 1001  # still validated on assignment
