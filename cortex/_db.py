@@ -51,7 +51,7 @@ log = logging.getLogger("cortex")
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261001000006"
+SCHEMA_REVISION: Final = "20261015000007"
 
 # Serialization failures and deadlocks are retried this many times in all; the
 # backoff doubles from 5 ms so that two colliding transactions fall apart.

@@ -38,6 +38,7 @@ __all__ = [
     "page",
     "path_clause",
     "scope_params",
+    "search_clause",
     "session_predicate",
     "subtree_clause",
     "visible",
@@ -164,6 +165,26 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
     return params
 
 
+def search_clause(shape: FilterShape) -> ColumnElement[bool]:
+    """Title or preview contains the term (``search_pattern``), case-insensitively.
+
+    Two forms, chosen by the shape. Across a whole tenant the candidates come
+    from ``cortex_search_ids()`` (revision 20261015000007): under row-level
+    security PostgreSQL will not run the non-leakproof ILIKE inside the
+    trigram indexes, but that SECURITY DEFINER function can, for the bound
+    tenant only. Inside a narrower scope the term filters the listing walk
+    instead, which stops after a page and never reads the tenant's matches.
+    """
+    pattern = _text("search_pattern")
+    if shape.depth == 1 and not shape.exact:
+        ids = sa.func.cortex_search_ids(pattern, type_=UUID(as_uuid=True))
+        return sessions.c.id.in_(sa.select(ids))
+    return sa.or_(
+        sessions.c.title.ilike(pattern, escape=LIKE_ESCAPE),
+        sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
+    )
+
+
 def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
     """The one WHERE clause list, count and iter share.
 
@@ -176,13 +197,7 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
     if shape.default_only:
         conditions.append(sessions.c.is_default)
     if shape.search:
-        pattern = _text("search_pattern")
-        conditions.append(
-            sa.or_(
-                sessions.c.title.ilike(pattern, escape=LIKE_ESCAPE),
-                sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
-            )
-        )
+        conditions.append(search_clause(shape))
     if shape.state is not None:
         # A constant, not a parameter, so that even a generic plan can use the
         # partial ix_sessions_state_recent (WHERE state <> 'idle') for the few

@@ -159,15 +159,20 @@ sa.Index(
     *_ORDER,
     postgresql_where=sessions.c.state != "idle",
 )
-# Substring search (ILIKE '%term%') on title and on the preview: trigram GIN.
+# Substring search (ILIKE '%term%') on title and on the preview: trigram GIN,
+# led by the tenant (btree_gin) so a search reads only its tenant's matches.
+# Used through cortex_search_ids(), which row-level security cannot stop from
+# running ILIKE inside the index (see cortex._filters.search_clause).
 sa.Index(
-    "ix_sessions_title_trgm",
+    "ix_sessions_tenant_title_trgm",
+    sessions.c.tenant_id,
     sessions.c.title,
     postgresql_using="gin",
     postgresql_ops={"title": "gin_trgm_ops"},
 )
 sa.Index(
-    "ix_sessions_last_message_trgm",
+    "ix_sessions_tenant_last_message_trgm",
+    sessions.c.tenant_id,
     sessions.c.last_message,
     postgresql_using="gin",
     postgresql_ops={"last_message": "gin_trgm_ops"},

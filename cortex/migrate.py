@@ -90,4 +90,6 @@ def grant_sql(role: str) -> list[str]:
         f'session_markers TO "{role}"',
         # connect() reads the schema revision.
         f'GRANT SELECT ON alembic_version TO "{role}"',
+        # Tenant-wide search (it checks the bound tenant itself).
+        f'GRANT EXECUTE ON FUNCTION cortex_search_ids(text) TO "{role}"',
     ]

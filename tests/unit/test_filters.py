@@ -50,9 +50,14 @@ def test_deeper_is_a_whole_segment_range() -> None:
 
 def test_search_escapes_wildcards() -> None:
     assert escape_like("50%_/x\\") == "%50/%/_//x\\%"
-    scope, flt = Scope.parse("acme"), ListFilter(search="50%_")
+    scope, flt = Scope.parse("acme/x"), ListFilter(search="50%_")
     text = sql(session_predicate(filter_shape(scope, flt)), filter_params(scope, flt))
     assert "sessions.title ILIKE '%50/%/_%' ESCAPE '/'" in text
+    # Across a whole tenant: candidates from the search function, same escaped pattern.
+    tenant = Scope.parse("acme")
+    text = sql(session_predicate(filter_shape(tenant, flt)), filter_params(tenant, flt))
+    assert "sessions.id IN (SELECT cortex_search_ids('%50/%/_%')" in text
+    assert "ILIKE" not in text
 
 
 def test_every_option_adds_one_condition() -> None:
