@@ -139,3 +139,21 @@ async def test_concurrent_requests_never_cross(store: cortex.Store) -> None:
         for t in tenants * 3:
             tg.start_soon(request, t)
     assert leaks == []
+
+
+async def test_search_function_sees_only_the_bound_tenant(
+    store: cortex.Store, tenant: str, other_tenant: str, app_conn: asyncpg.Connection
+) -> None:
+    mine = await _seed(store, tenant)
+    await _seed(store, other_tenant)
+    # No tenant bound: nothing, even though the function bypasses the policy.
+    assert await app_conn.fetch("SELECT * FROM cortex_search_ids('%secret%')") == []
+    async with app_conn.transaction():
+        await app_conn.execute("SELECT set_config('cortex.tenant', $1, true)", tenant)
+        rows = await app_conn.fetch("SELECT * FROM cortex_search_ids('%secret%')")
+    from cortex.ids import format_id
+
+    assert [format_id("ses", r[0]) for r in rows] == [mine]
+    with use_scope(tenant):
+        found = await store.list_sessions(ListFilter(search="SECRET OF"))
+    assert [s.id for s in found] == [mine]
