@@ -14,12 +14,13 @@ import matplotlib.pyplot as plt
 
 def draw(reports: list[dict[str, Any]], png: Path) -> None:
     """One row per scenario: the ratio to the floor (left) and p50/p95 latency (right)."""
-    rows = len(reports)
+    sizes = [max(3, len(r["results"])) for r in reports]
     fig, axes = plt.subplots(
-        rows,
+        len(reports),
         2,
-        figsize=(15, 1.2 + 0.42 * max(len(r["results"]) for r in reports) * rows),
+        figsize=(15, 1.2 * len(reports) + 0.3 * sum(sizes)),
         squeeze=False,
+        gridspec_kw={"height_ratios": sizes},
     )
     for (ratio_ax, latency_ax), report in zip(axes, reports, strict=True):
         results = report["results"]
@@ -54,3 +55,17 @@ def draw(reports: list[dict[str, Any]], png: Path) -> None:
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def main() -> None:
+    """``python -m benchmarks.chart results.json``: redraw the PNG from saved results."""
+    import json
+    import sys
+
+    source = Path(sys.argv[1])
+    data = json.loads(source.read_text())
+    draw(data if isinstance(data, list) else [data], source.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()
