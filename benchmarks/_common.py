@@ -26,21 +26,11 @@ from typing import Any
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
-from sqlalchemy.engine import make_url
 
+from cortex._db import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
-
-
-def dsn(url: str, *, database: str | None = None, user: str | None = None) -> str:
-    """A plain ``postgresql://`` URL (asyncpg's form), optionally another database/user."""
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    if user is not None:
-        parsed = parsed.set(username=user, password=None)
-    return parsed.render_as_string(hide_password=False)
 
 
 @dataclass(frozen=True)
@@ -58,13 +48,13 @@ async def bench_database(server_url: str, *, keep: bool = False) -> AsyncIterato
     """Create, migrate and grant a throwaway database; drop it afterwards unless ``keep``."""
     suffix = uuid.uuid4().hex[:8]
     name, role = f"cortex_bench_{suffix}", f"cortex_bench_app_{suffix}"
-    admin = await asyncpg.connect(dsn(server_url))
+    admin = await asyncpg.connect(driver_dsn(server_url))
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
         await admin.execute(f'CREATE ROLE "{role}" LOGIN')
     finally:
         await admin.close()
-    owner = dsn(server_url, database=name)
+    owner = driver_dsn(server_url, database=name)
     await asyncio.to_thread(upgrade, owner)
     conn = await asyncpg.connect(owner)
     try:
@@ -73,10 +63,10 @@ async def bench_database(server_url: str, *, keep: bool = False) -> AsyncIterato
     finally:
         await conn.close()
     try:
-        yield BenchDatabase(name, owner, dsn(server_url, database=name, user=role), role)
+        yield BenchDatabase(name, owner, driver_dsn(server_url, database=name, user=role), role)
     finally:
         if not keep:
-            admin = await asyncpg.connect(dsn(server_url))
+            admin = await asyncpg.connect(driver_dsn(server_url))
             try:
                 await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
@@ -86,7 +76,7 @@ async def bench_database(server_url: str, *, keep: bool = False) -> AsyncIterato
 
 async def server_facts(url: str) -> dict[str, Any]:
     """PostgreSQL and driver versions and the machine, recorded with every result."""
-    conn = await asyncpg.connect(dsn(url))
+    conn = await asyncpg.connect(driver_dsn(url))
     try:
         version = await conn.fetchval("SHOW server_version")
     finally:
@@ -232,8 +222,9 @@ async def alternate(
 def print_result(result: Result) -> None:
     c, f = result.cortex, result.floor
     rate = "ops_per_s"
+    items = f" ({c['items_per_s']:.0f} msg/s)" if "items_per_s" in c else ""
     print(
-        f"  {result.name:<44} cortex {c[rate]:>8.0f}/s p50 {c['p50_ms']:6.2f} p95 {c['p95_ms']:6.2f} ms"
+        f"  {result.name:<44} cortex {c[rate]:>8.0f}/s{items} p50 {c['p50_ms']:6.2f} p95 {c['p95_ms']:6.2f} ms"
         f" | floor {f[rate]:>8.0f}/s p50 {f['p50_ms']:6.2f} p95 {f['p95_ms']:6.2f} ms"
         f" | ratio {result.ratio:4.2f}{'  ' + result.note if result.note else ''}"
     )

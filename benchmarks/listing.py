@@ -72,9 +72,22 @@ def queries(org0_size: int) -> list[Query]:
         Query("search 'zanzibar', whole org5", "org5", ListFilter(search="zanzibar")),
         Query("search 'zanzibar', whole org0", "org0", ListFilter(search="zanzibar")),
         Query("count: tenant org0", "org0", ListFilter(), count=True),
+        Query("count: tenant org0 + agent", "org0", ListFilter(agent_id=a1), count=True),
         Query("count: project org0/proj1", "org0/proj1", ListFilter(), count=True),
+        Query("count: project org5/proj3", "org5/proj3", ListFilter(), count=True),
+        Query(
+            "count: exact org0/proj1/user7", "org0/proj1/user7", ListFilter(exact=True), count=True
+        ),
+        Query("count: by agent in org5", "org5", ListFilter(agent_id=a1), count=True),
+        Query("count: default only, org0", "org0", ListFilter(default_only=True), count=True),
         Query(
             "count: state=paused, org0", "org0", ListFilter(state=SessionState.PAUSED), count=True
+        ),
+        Query(
+            "count: search 'zanzibar', whole org0",
+            "org0",
+            ListFilter(search="zanzibar"),
+            count=True,
         ),
         Query("count: search 'invoice', org5", "org5", ListFilter(search="invoice"), count=True),
         Query("offset page at 0, org0", "org0", ListFilter(offset=0)),

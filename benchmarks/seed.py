@@ -68,7 +68,8 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from sqlalchemy.engine import make_url
+
+from cortex._db import driver_dsn
 
 __all__ = ["ANCHOR", "CHUNK", "main", "seed", "vocabulary"]
 
@@ -242,11 +243,6 @@ def _insert_messages(vocab_size: int) -> str:
     """
 
 
-def asyncpg_dsn(url: str) -> str:
-    """``postgresql+asyncpg://`` (SQLAlchemy form) or ``postgresql://`` to what asyncpg takes."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 async def _preflight(conn: asyncpg.Connection) -> None:
     privileged = await conn.fetchval(
         "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
@@ -286,7 +282,7 @@ async def seed(
     session_sql = _insert_sessions(len(words))
     message_sql = _insert_messages(len(words))
     timings: list[tuple[str, int, float]] = []
-    conn = await asyncpg.connect(asyncpg_dsn(url))
+    conn = await asyncpg.connect(driver_dsn(url))
     try:
         await _preflight(conn)
         # Session settings only: faster commits (a crash loses the seed, not the

@@ -42,6 +42,7 @@ __all__ = [
     "Row",
     "Tx",
     "check_schema",
+    "driver_dsn",
     "make_engine",
     "normalise_url",
     "run_transaction",
@@ -172,6 +173,19 @@ def normalise_url(url: str | URL) -> URL:
 # checkout is shielded from cancellation, so this bounds how long a cancelled
 # caller can wait for one.
 CONNECT_TIMEOUT: Final = 10
+
+
+def driver_dsn(url: str | URL, *, database: str | None = None, user: str | None = None) -> str:
+    """The URL in asyncpg's own ``postgresql://`` form, optionally for another database or user.
+
+    Query parameters (such as the embedded server's ``?host=<socket dir>``) are kept.
+    """
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    if user is not None:
+        parsed = parsed.set(username=user, password=None)
+    return parsed.render_as_string(hide_password=False)
 
 
 def make_engine(

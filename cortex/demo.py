@@ -23,10 +23,10 @@ import anyio.to_thread
 import asyncpg
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, Session, SessionState, use_scope
+from cortex._db import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 __all__ = ["run_demo"]
@@ -43,18 +43,9 @@ _QUESTIONS: Final = [
 ]
 
 
-def _dsn(url: str, *, database: str | None = None, user: str | None = None) -> str:
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    if user is not None:
-        parsed = parsed.set(username=user, password=None)
-    return parsed.render_as_string(hide_password=False)
-
-
 async def _prepare_embedded(server_url: str) -> tuple[str, str]:
     """Recreate the demo database and role; return (owner URL, application URL)."""
-    conn = await asyncpg.connect(_dsn(server_url))
+    conn = await asyncpg.connect(driver_dsn(server_url))
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{DEMO_DATABASE}" WITH (FORCE)')
         await conn.execute(f'CREATE DATABASE "{DEMO_DATABASE}"')
@@ -63,8 +54,8 @@ async def _prepare_embedded(server_url: str) -> tuple[str, str]:
             await conn.execute(f'CREATE ROLE "{DEMO_ROLE}" LOGIN')
     finally:
         await conn.close()
-    owner = _dsn(server_url, database=DEMO_DATABASE)
-    return owner, _dsn(server_url, database=DEMO_DATABASE, user=DEMO_ROLE)
+    owner = driver_dsn(server_url, database=DEMO_DATABASE)
+    return owner, driver_dsn(server_url, database=DEMO_DATABASE, user=DEMO_ROLE)
 
 
 async def _grant(owner_url: str) -> None:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 import cortex
+from cortex._db import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _LOCAL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -51,14 +51,11 @@ def anyio_backend() -> str:
 
 def with_database(url: str, database: str, *, user: str | None = None) -> str:
     """The same server URL pointing at another database (and optionally user)."""
-    parsed = make_url(url).set(database=database)
-    if user is not None:
-        parsed = parsed.set(username=user, password=None)
-    return parsed.render_as_string(hide_password=False)
+    return driver_dsn(url, database=database, user=user)
 
 
 def asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return driver_dsn(url)
 
 
 async def admin(url: str, *statements: str) -> None:
@@ -148,6 +145,15 @@ def database(server_url: str) -> Iterator[Database]:
     db = create_database(server_url)
     yield db
     drop_database(server_url, db)
+
+
+@pytest.fixture
+def blank_db(server_url: str) -> Iterator[str]:
+    """An empty database (no revision applied); yields its owner URL."""
+    name = f"cortex_m_{uuid.uuid4().hex[:10]}"
+    asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
+    yield with_database(server_url, name)
+    asyncio.run(admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from cortex._db import SCHEMA_REVISION
 from cortex.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_SCHEMA, EXIT_UNAVAILABLE, main
-from tests.conftest import Database, admin, with_database
+from tests.conftest import Database, with_database
 
 
 def _typo(url: str) -> str:
@@ -20,33 +18,25 @@ def _typo(url: str) -> str:
     return with_database(url, f"{name}x")
 
 
-@pytest.fixture
-def blank_url(server_url: str) -> Iterator[str]:
-    name = f"cortex_c_{uuid.uuid4().hex[:10]}"
-    asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
-    yield with_database(server_url, name)
-    asyncio.run(admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def test_upgrade_current_downgrade(blank_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--database-url", blank_url, "db", "current", "--json"]) == 0
+def test_upgrade_current_downgrade(blank_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", blank_db, "db", "current", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["up_to_date"] is False
-    assert main(["--database-url", blank_url, "db", "upgrade"]) == 0
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
     assert SCHEMA_REVISION in capsys.readouterr().out
-    assert main(["--database-url", blank_url, "db", "current", "--json"]) == 0
+    assert main(["--database-url", blank_db, "db", "current", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "revision": SCHEMA_REVISION,
         "expected": SCHEMA_REVISION,
         "up_to_date": True,
     }
-    assert main(["--database-url", blank_url, "db", "downgrade", "20260824000003"]) == 0
+    assert main(["--database-url", blank_db, "db", "downgrade", "20260824000003"]) == 0
     assert "20260824000003" in capsys.readouterr().out
 
 
 def test_typo_in_database_name_is_an_error(
-    blank_url: str, capsys: pytest.CaptureFixture[str]
+    blank_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    typo = _typo(blank_url)
+    typo = _typo(blank_db)
     assert main(["--database-url", typo, "db", "upgrade"]) == EXIT_UNAVAILABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -54,9 +44,9 @@ def test_typo_in_database_name_is_an_error(
     assert "Traceback" not in err
 
 
-def test_console_script_runs_without_traceback(blank_url: str) -> None:
+def test_console_script_runs_without_traceback(blank_db: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cortex.cli", "--database-url", _typo(blank_url), "db", "current"],
+        [sys.executable, "-m", "cortex.cli", "--database-url", _typo(blank_db), "db", "current"],
         capture_output=True,
         text=True,
         check=False,
@@ -66,13 +56,13 @@ def test_console_script_runs_without_traceback(blank_url: str) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_store_on_old_schema_says_upgrade(blank_url: str) -> None:
+def test_store_on_old_schema_says_upgrade(blank_db: str) -> None:
     import cortex
 
-    main(["--database-url", blank_url, "db", "upgrade", "20260824000003"])
+    main(["--database-url", blank_db, "db", "upgrade", "20260824000003"])
 
     async def open_store() -> None:
-        async with cortex.connect(blank_url):
+        async with cortex.connect(blank_db):
             pass
 
     with pytest.raises(cortex.SchemaMismatch, match="cortex db upgrade"):

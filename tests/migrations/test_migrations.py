@@ -11,7 +11,6 @@ import subprocess
 import sys
 import uuid
 import zipfile
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -30,15 +29,6 @@ from cortex.migrate import alembic_config, downgrade, grant_sql, script_location
 from tests.conftest import admin, asyncpg_dsn, with_database
 
 BACKFILL = "20260824000004"
-
-
-@pytest.fixture
-def blank_db(server_url: str) -> Iterator[str]:
-    """An empty database (no revision applied); yields its owner URL."""
-    name = f"cortex_m_{uuid.uuid4().hex[:10]}"
-    asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
-    yield with_database(server_url, name)
-    asyncio.run(admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def fetch(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
