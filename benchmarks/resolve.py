@@ -94,11 +94,11 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                 async def cortex_op(w: int, i: int, agent_for: Any = agent_for) -> int:
                     with use_scope(SCOPE):
                         await store.resolve_session(agent_for())
-                    return 1
+                    return 0  # no items beyond the call itself
 
                 async def floor_op(w: int, i: int, agent_for: Any = agent_for) -> int:
                     await floor_resolve(agent_for())
-                    return 1
+                    return 0
 
                 async def cortex_block(side: Side = cortex_side, op: Any = cortex_op) -> None:
                     await timed_workers(side, p.concurrency, per_worker, op)
