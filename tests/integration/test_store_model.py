@@ -1,0 +1,329 @@
+"""Model-based test: random sequences of store operations against a plain in-memory model.
+
+Hypothesis drives create, get, update, delete, append, list, count, iterate,
+resolve and set-default across scopes chosen to be hostile to prefix matching
+(``acme`` beside ``acme-corp``, ``acme_corp``, ``acme.corp``, ``Acme``,
+``acme:1``, a 64-character segment) and several agents. Every result is
+checked against the model: visibility, order, counts, defaults, counters.
+
+Budget: ``CORTEX_MODEL_EXAMPLES`` (default 25 runs of up to 30 steps) keeps CI
+bounded; raise it to run longer on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.from_thread
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+import cortex
+from cortex import Conflict, ListFilter, NewMessage, NotFound, Scope, use_scope
+from tests.conftest import Database
+
+EXAMPLES = int(os.environ.get("CORTEX_MODEL_EXAMPLES", "25"))
+TENANTS = ["acme", "acme-corp", "Acme"]
+# acme_corp, acme.corp and acme:1 sort around acme-corp byte-wise; the probe
+# below checks them too.
+PROBE_TENANTS = ["acme", "acme-corp", "acme_corp", "acme.corp", "Acme", "acme:1"]
+PATHS = ["", "/x", "/x-y", "/x/y", "/x/y-z", "/x/y/z"]
+PROBE_PATHS = [*PATHS, "/x/y.z/w", "/x/" + "s" * 64, "/x/y/z/a/b/c/d"]
+AGENTS = ["bot", "bot-2", "Bot"]
+WORDS = ["alpha", "50%_off", "a_b", "x\\y", "ALPHA beta"]
+TERMS = ["alpha", "%", "_", "50%_", "\\", "beta", "zzz"]
+
+
+@dataclass
+class ModelSession:
+    id: str
+    agent: str
+    scope: Scope
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    is_default: bool = False
+    messages: list[str] = field(default_factory=list)
+    clock: int = 0  # logical updated_at
+
+    def preview(self) -> str:
+        return self.messages[-1][:256] if self.messages else ""
+
+
+class StoreModel(RuleBasedStateMachine):
+    store: cortex.Store
+    portal: anyio.from_thread.BlockingPortal
+    steps = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = uuid.uuid4().hex[:6]
+        self.sessions: dict[str, ModelSession] = {}
+        self.clock = 0
+
+    # -- helpers -------------------------------------------------------------
+
+    def scope(self, tenant: str, path: str) -> Scope:
+        return Scope.parse(f"{tenant}{self.run}{path}")
+
+    def call(self, scope: Scope, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        StoreModel.steps += 1
+
+        async def go() -> Any:
+            with use_scope(scope):
+                return await fn(*args, **kwargs)
+
+        return self.portal.call(go)
+
+    def tick(self, s: ModelSession) -> None:
+        self.clock += 1
+        s.clock = self.clock
+
+    def visible(self, scope: Scope) -> list[ModelSession]:
+        return [s for s in self.sessions.values() if scope.contains(s.scope)]
+
+    def expected(self, scope: Scope, flt: ListFilter) -> list[str]:
+        found = []
+        for s in self.visible(scope):
+            if flt.exact and s.scope != scope:
+                continue
+            if flt.agent_id is not None and s.agent != flt.agent_id:
+                continue
+            if flt.default_only and not s.is_default:
+                continue
+            if flt.search and not (
+                flt.search.lower() in s.title.lower() or flt.search.lower() in s.preview().lower()
+            ):
+                continue
+            found.append(s)
+        found.sort(key=lambda s: (s.clock, s.id), reverse=True)
+        return [s.id for s in found]
+
+    def pick(self, data: st.DataObject) -> ModelSession | None:
+        if not self.sessions:
+            return None
+        return self.sessions[data.draw(st.sampled_from(sorted(self.sessions)))]
+
+    # -- rules -------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        self.sessions.clear()
+
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        path=st.sampled_from(PATHS),
+        agent=st.sampled_from(AGENTS),
+        title=st.sampled_from(["", *WORDS]),
+        default=st.booleans(),
+    )
+    def create(self, tenant: str, path: str, agent: str, title: str, default: bool) -> None:
+        scope = self.scope(tenant, path)
+        taken = any(
+            s.is_default and s.agent == agent and s.scope == scope for s in self.sessions.values()
+        )
+        try:
+            got = self.call(
+                scope, self.store.create_session, agent, title=title, is_default=default
+            )
+        except Conflict:
+            assert default
+            assert taken
+            return
+        assert not (default and taken)
+        assert got.scope == scope
+        s = ModelSession(got.id, agent, scope, title=title, is_default=default)
+        self.tick(s)
+        self.sessions[got.id] = s
+
+    @rule(data=st.data(), tenant=st.sampled_from(TENANTS), path=st.sampled_from(PATHS))
+    def get(self, data: st.DataObject, tenant: str, path: str) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        scope = self.scope(tenant, path)
+        try:
+            got = self.call(scope, self.store.get_session, s.id)
+        except NotFound:
+            assert not scope.contains(s.scope)
+            return
+        assert scope.contains(s.scope)
+        assert (got.agent_id, got.scope, got.title, got.is_default) == (
+            s.agent,
+            s.scope,
+            s.title,
+            s.is_default,
+        )
+        assert got.message_count == len(s.messages)
+        assert got.last_message == s.preview()
+
+    @rule(data=st.data())
+    def probe_visibility(self, data: st.DataObject) -> None:
+        """One session, read from every scope in the pool: visible exactly from above."""
+        s = self.pick(data)
+        if s is None:
+            return
+        for tenant in PROBE_TENANTS:
+            for path in PROBE_PATHS:
+                scope = self.scope(tenant, path)
+                try:
+                    self.call(scope, self.store.get_session, s.id)
+                    seen = True
+                except NotFound:
+                    seen = False
+                assert seen == scope.contains(s.scope), (str(scope), str(s.scope))
+
+    @rule(data=st.data(), title=st.sampled_from(WORDS), via_parent=st.booleans())
+    def update(self, data: st.DataObject, title: str, via_parent: bool) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        scope = Scope(*s.scope.segments[:1]) if via_parent else s.scope
+        current = self.call(scope, self.store.get_session, s.id)
+        current.title = title
+        current.metadata = {"t": title}
+        self.call(scope, self.store.update_session, current)
+        s.title, s.metadata = title, {"t": title}
+        self.tick(s)
+
+    @rule(data=st.data(), tenant=st.sampled_from(TENANTS), path=st.sampled_from(PATHS))
+    def delete(self, data: st.DataObject, tenant: str, path: str) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        scope = self.scope(tenant, path)
+        try:
+            self.call(scope, self.store.delete_session, s.id)
+        except NotFound:
+            assert not scope.contains(s.scope)
+            return
+        assert scope.contains(s.scope)
+        del self.sessions[s.id]
+
+    @rule(data=st.data(), words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+    def append(self, data: st.DataObject, words: list[str]) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        stored = self.call(
+            s.scope, self.store.append_messages, s.id, [NewMessage("user", w) for w in words]
+        )
+        assert [m.seq for m in stored] == list(
+            range(len(s.messages) + 1, len(s.messages) + len(words) + 1)
+        )
+        s.messages.extend(words)
+        self.tick(s)
+
+    @rule(
+        tenant=st.sampled_from(TENANTS),
+        path=st.sampled_from(PATHS),
+        exact=st.booleans(),
+        agent=st.sampled_from([None, *AGENTS]),
+        default_only=st.booleans(),
+        term=st.sampled_from([None, *TERMS]),
+    )
+    def list_and_count(
+        self,
+        tenant: str,
+        path: str,
+        exact: bool,
+        agent: str | None,
+        default_only: bool,
+        term: str | None,
+    ) -> None:
+        scope = self.scope(tenant, path)
+        flt = ListFilter(
+            exact=exact, agent_id=agent, default_only=default_only, search=term, limit=1000
+        )
+        want = self.expected(scope, flt)
+        assert [s.id for s in self.call(scope, self.store.list_sessions, flt)] == want
+        assert self.call(scope, self.store.count_sessions, flt) == len(want)
+
+        async def iterate() -> list[str]:
+            with use_scope(scope):
+                return [
+                    s.id
+                    async for s in self.store.iter_sessions(flt.model_copy(update={"limit": 2}))
+                ]
+
+        assert self.portal.call(iterate) == want
+
+    @rule(
+        tenant=st.sampled_from(TENANTS), path=st.sampled_from(PATHS), agent=st.sampled_from(AGENTS)
+    )
+    def resolve(self, tenant: str, path: str, agent: str) -> None:
+        scope = self.scope(tenant, path)
+        got = self.call(scope, self.store.resolve_session, agent)
+        existing = [
+            s
+            for s in self.sessions.values()
+            if s.is_default and s.agent == agent and s.scope == scope
+        ]
+        if existing:
+            assert got.id == existing[0].id
+            return
+        assert got.is_default
+        s = ModelSession(got.id, agent, scope, is_default=True)
+        self.tick(s)
+        self.sessions[got.id] = s
+
+    @rule(data=st.data())
+    def set_default(self, data: st.DataObject) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        self.call(Scope(*s.scope.segments[:1]), self.store.set_default_session, s.id)
+        for other in self.sessions.values():
+            if other.agent == s.agent and other.scope == s.scope:
+                other.is_default = other.id == s.id
+
+    @invariant()
+    def one_default_per_pair(self) -> None:
+        pairs = [(s.agent, s.scope) for s in self.sessions.values() if s.is_default]
+        assert len(pairs) == len(set(pairs))
+
+
+@pytest.fixture(scope="module")
+def portal() -> Iterator[anyio.from_thread.BlockingPortal]:
+    with anyio.from_thread.start_blocking_portal("asyncio") as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def model_store(
+    database: Database, portal: anyio.from_thread.BlockingPortal
+) -> Iterator[cortex.Store]:
+    cm = cortex.connect(database.app_url)
+    store = portal.call(cm.__aenter__)
+    yield store
+    portal.call(cm.__aexit__, None, None, None)
+
+
+def test_store_matches_the_model(
+    model_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
+) -> None:
+    StoreModel.store = model_store
+    StoreModel.portal = portal
+    StoreModel.steps = 0
+    run_state_machine_as_test(
+        StoreModel,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+    # The budget really ran: hypothesis drove the store, not an empty loop.
+    assert StoreModel.steps >= EXAMPLES * 5
