@@ -11,6 +11,7 @@ never commit.
 from __future__ import annotations
 
 import logging
+from asyncio import CancelledError
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
+    CortexError,
     DatabaseError,
     DatabaseUnavailable,
     InvalidInput,
@@ -318,9 +320,9 @@ async def _attempt(
             result = await body(Tx(driver))
             with anyio.CancelScope(shield=True):
                 await driver.execute("COMMIT")
-        except BaseException:
+        except BaseException as failure:
             with anyio.CancelScope(shield=True):
-                await _discard_transaction(conn, driver)
+                await _discard_transaction(conn, driver, failure)
             raise
     finally:
         with anyio.CancelScope(shield=True):
@@ -328,16 +330,34 @@ async def _attempt(
     return result
 
 
-async def _discard_transaction(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
-    """Roll back; if the connection cannot even do that, drop it from the pool."""
-    try:
-        if driver.is_closed():
-            await conn.invalidate()
-        else:
-            # Unconditionally: after a cancelled statement the client-side
-            # transaction status can lag the server's, and a connection must
-            # never return to the pool inside a (failed) transaction.
+async def _discard_transaction(
+    conn: AsyncConnection, driver: asyncpg.Connection, failure: BaseException
+) -> None:
+    """Roll back after ``failure``; a connection that cannot be trusted leaves the pool.
+
+    An error PostgreSQL reported (or one cortex raised, or a cancellation,
+    which asyncpg recovers from) leaves the protocol in order: ROLLBACK, and
+    the connection goes back to the pool. Anything else (a lost socket, a
+    client-side protocol error) means its state is unknown: terminate it and
+    let the pool open a new one. ROLLBACK is sent unconditionally on the first
+    path because after a cancelled statement the client-side transaction
+    status can lag the server's.
+    """
+    orderly = isinstance(
+        failure, asyncpg.PostgresError | CortexError | RetryTransaction | CancelledError
+    ) and not isinstance(failure, asyncpg.PostgresConnectionError)
+    if orderly and not driver.is_closed():
+        try:
             await driver.execute("ROLLBACK")
-    except Exception:  # the driver may raise anything mid-cancel or on a dead socket
-        log.debug("rollback failed; invalidating the connection", exc_info=True)
+        except Exception:  # the driver may raise anything on a dying socket
+            log.debug("rollback failed; dropping the connection", exc_info=True)
+        else:
+            return
+    try:
+        driver.terminate()
+    except Exception:  # already gone
+        log.debug("terminate failed", exc_info=True)
+    try:
         await conn.invalidate()
+    except Exception:  # the pool drops it either way
+        log.debug("invalidate failed", exc_info=True)

@@ -160,7 +160,9 @@ def translate(exc: BaseException) -> CortexError | None:
         # Raw driver errors reach here from the statements cortex sends
         # directly (BEGIN with the tenant binding, COMMIT, ROLLBACK).
         return _by_sqlstate(sqlstate_of(exc))
-    if isinstance(exc, asyncpg.InterfaceError):
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
+        # Client-side: a closed connection, or a protocol left mid-operation by a
+        # connection the server dropped.
         return DatabaseUnavailable(f"the database connection failed: {type(exc).__name__}")
     if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
         return DatabaseError(f"database layer error: {type(exc).__name__}")
