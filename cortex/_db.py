@@ -34,6 +34,7 @@ from cortex.errors import (
     InvalidInput,
     SchemaMismatch,
     sqlstate_of,
+    translate,
     translate_errors,
 )
 from cortex.scope import Scope
@@ -62,6 +63,10 @@ MAX_ATTEMPTS: Final = 5
 _BACKOFF_SECONDS: Final = 0.005
 
 T = TypeVar("T")
+
+
+class _StaleConnection(Exception):
+    """The connection failed before the transaction began; nothing was written."""
 
 
 class RetryTransaction(Exception):
@@ -269,6 +274,15 @@ async def run_transaction(
                 raise DatabaseError(
                     f"gave up after {MAX_ATTEMPTS} attempts: the transaction kept colliding"
                 ) from None
+        except _StaleConnection as exc:
+            # Nothing was sent but BEGIN: safe to run again on a fresh connection.
+            if attempt == MAX_ATTEMPTS:
+                mapped = translate(exc.__cause__) if exc.__cause__ is not None else None
+                raise (mapped or DatabaseUnavailable("no usable database connection")) from (
+                    exc.__cause__
+                )
+            log.debug("pooled connection was dead; retrying on a new one")
+            continue
         log.debug("retrying transaction (attempt %d)", attempt)
         await anyio.sleep(delay)
         delay *= 2
@@ -316,7 +330,17 @@ async def _attempt(
             # Row-level security reads the tenant setting; it lives until
             # COMMIT/ROLLBACK only, so a pooled connection never carries a
             # tenant into its next checkout.
-            await driver.execute(_begin_sql(scope, custom_plans=custom_plans))
+            try:
+                await driver.execute(_begin_sql(scope, custom_plans=custom_plans))
+            except (
+                asyncpg.PostgresConnectionError,
+                asyncpg.InterfaceError,
+                asyncpg.InternalClientError,
+                OSError,
+            ) as exc:
+                # A pooled connection the server closed while it sat idle (a
+                # restart, an idle timeout, a managed database reaping it).
+                raise _StaleConnection from exc
             result = await body(Tx(driver))
             with anyio.CancelScope(shield=True):
                 await driver.execute("COMMIT")

@@ -24,6 +24,8 @@ from cortex import (
 from cortex._db import MAX_ATTEMPTS, Tx, run_transaction
 from tests.conftest import Database, admin, with_database
 
+pytestmark = pytest.mark.anyio
+
 
 @asynccontextmanager
 async def row_locked(owner_conn: asyncpg.Connection, tenant: str) -> AsyncIterator[None]:
@@ -239,3 +241,77 @@ async def test_real_deadlock_is_retried(store: cortex.Store, tenant: str) -> Non
             [(await store.get_session(a.id)).title, (await store.get_session(b.id)).title]
         )
     assert titles == ["..", ".."]
+
+
+async def test_backends_killed_during_concurrent_appends(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    acked: list[str] = []
+    failures: list[BaseException] = []
+    kills = 0
+    async with cortex.connect(database.app_url, pool_size=6) as store:
+        with use_scope(tenant):
+            sessions = [(await store.create_session("bot")).id for _ in range(4)]
+        stop = anyio.Event()
+
+        async def writer(w: int) -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                text = f"{w}-{n}"
+                try:
+                    with use_scope(tenant):
+                        await store.append_message(sessions[n % 4], NewMessage("user", text))
+                    acked.append(text)
+                except cortex.CortexError as exc:
+                    failures.append(exc)
+
+        async def killer() -> None:
+            nonlocal kills
+            for _ in range(25):
+                await anyio.sleep(0.04)
+                kills += await owner_conn.fetchval(
+                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE usename = $1 AND pid <> pg_backend_pid() ORDER BY random() LIMIT 2) AS k",
+                    database.app_role,
+                )
+            stop.set()
+
+        async with anyio.create_task_group() as tg:
+            for w in range(6):
+                tg.start_soon(writer, w)
+            tg.start_soon(killer)
+        with use_scope(tenant):
+            for sid in sessions:  # still serving
+                await store.append_message(sid, NewMessage("user", "after"))
+    assert kills > 10
+    assert failures, "no append was hit: the test injected nothing"
+    assert all(isinstance(f, cortex.CortexError) for f in failures)
+    stored = {
+        r[0]
+        for r in await owner_conn.fetch("SELECT content FROM messages WHERE tenant_id = $1", tenant)
+    }
+    assert [t for t in acked if t not in stored] == []
+    count, rows = await _state(owner_conn, tenant)
+    assert count == rows
+
+
+@pytest.mark.parametrize("pre_ping", [True, False])
+async def test_idle_connections_reaped_by_the_server(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection, pre_ping: bool
+) -> None:
+    # What a managed PostgreSQL does to connections idle through a long agent turn.
+    async with cortex.connect(database.app_url, pool_size=2, pool_pre_ping=pre_ping) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        await owner_conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+            database.app_role,
+        )
+        await anyio.sleep(0.1)
+        with use_scope(tenant):
+            # With the ping, the pool replaces the dead connection at checkout;
+            # without it, cortex sees BEGIN fail (nothing written yet) and runs
+            # the call again on a fresh connection. Either way: no error.
+            await store.append_message(s.id, NewMessage("user", "after the reaping"))
+            assert (await store.get_session(s.id)).message_count == 1
