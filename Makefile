@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint check clean
+.PHONY: venv demo test lint check reliability clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ demo: $(STAMP)
 ## Run the whole test suite against a real PostgreSQL.
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## The reliability tests with large budgets; prints the figures (reliability-figures.json).
+reliability: $(STAMP)
+	CORTEX_MODEL_EXAMPLES=$${CORTEX_MODEL_EXAMPLES:-300} CORTEX_FUZZ_EXAMPLES=$${CORTEX_FUZZ_EXAMPLES:-400} \
+	$(BIN)/python -m pytest -q tests/integration/test_store_model.py tests/integration/test_operator_model.py \
+	  tests/integration/test_hostile_input.py tests/integration/test_faults.py tests/integration/test_restart.py \
+	  tests/integration/test_tenancy.py tests/integration/test_concurrency.py tests/integration/test_pgbouncer.py
 
 ## ruff (lint + format check) and mypy --strict.
 lint: $(STAMP)

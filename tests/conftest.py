@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -42,6 +44,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if "migrations" in parts:
             item.add_marker(pytest.mark.migrations)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.figures import FIGURES
+
+    if not FIGURES:
+        return
+    terminalreporter.section("reliability figures")
+    for key in sorted(FIGURES):
+        terminalreporter.write_line(f"{key:<62} {FIGURES[key]:>10,}")
+    Path("reliability-figures.json").write_text(json.dumps(dict(sorted(FIGURES.items())), indent=2))
 
 
 @pytest.fixture(scope="session")

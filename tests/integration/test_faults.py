@@ -23,6 +23,7 @@ from cortex import (
 )
 from cortex._db import MAX_ATTEMPTS, Tx, run_transaction
 from tests.conftest import Database, admin, with_database
+from tests.figures import record
 
 pytestmark = pytest.mark.anyio
 
@@ -95,6 +96,7 @@ async def test_pool_exhaustion_is_a_clear_error(
                 await anyio.sleep(0.1)
                 with pytest.raises(DatabaseUnavailable, match="pool"):
                     await store.get_session(s.id)
+                record("faults: pool exhaustion")
         assert await _state(owner_conn, tenant) == (1, 1)
         await _healthy(store, tenant, s.id)
 
@@ -110,6 +112,7 @@ async def test_statement_timeout(
             async with row_locked(owner_conn, tenant):
                 with pytest.raises(OperationTimeout):
                     await store.append_message(s.id, NewMessage("user", "late"))
+                record("faults: statement timeouts")
         assert await _state(owner_conn, tenant) == (0, 0)
         await _healthy(store, tenant, s.id)
         assert await _state(owner_conn, tenant) == (5, 5)
@@ -166,6 +169,7 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
             for i in range(60):
                 with anyio.move_on_after(random.uniform(0, 0.006) if i % 2 else i * 0.0002):
                     await store.append_message(s.id, NewMessage("user", "maybe"))
+                record("faults: callers cancelled at random points")
         count, rows = await _state(owner_conn, tenant)
         assert count == rows
         # No pooled connection sits inside an open or failed transaction.
@@ -286,14 +290,24 @@ async def test_backends_killed_during_concurrent_appends(
                 await store.append_message(sid, NewMessage("user", "after"))
     assert kills > 10
     assert failures, "no append was hit: the test injected nothing"
+    record("faults: backends killed during concurrent appends", kills)
+    record("writes acknowledged under faults", len(acked))
     assert all(isinstance(f, cortex.CortexError) for f in failures)
     stored = {
         r[0]
         for r in await owner_conn.fetch("SELECT content FROM messages WHERE tenant_id = $1", tenant)
     }
-    assert [t for t in acked if t not in stored] == []
+    lost = [t for t in acked if t not in stored]
+    record("acknowledged writes lost", len(lost))
+    assert lost == []
     count, rows = await _state(owner_conn, tenant)
     assert count == rows
+    gaps = await owner_conn.fetchval(
+        "SELECT count(*) FROM (SELECT session_id FROM messages WHERE tenant_id = $1 "
+        "GROUP BY session_id HAVING max(seq) <> count(*) OR count(DISTINCT seq) <> count(*)) AS g",
+        tenant,
+    )
+    assert gaps == 0
 
 
 @pytest.mark.parametrize("pre_ping", [True, False])
@@ -315,3 +329,4 @@ async def test_idle_connections_reaped_by_the_server(
             # the call again on a fresh connection. Either way: no error.
             await store.append_message(s.id, NewMessage("user", "after the reaping"))
             assert (await store.get_session(s.id)).message_count == 1
+            record("faults: idle pooled connections reaped by the server")

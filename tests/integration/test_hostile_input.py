@@ -7,6 +7,7 @@ and payloads. A raw driver error, or any other exception, fails the test.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -29,10 +30,13 @@ from cortex import (
 )
 from cortex.ids import format_id, new_uuid
 from tests.conftest import Database, asyncpg_dsn
+from tests.figures import record
 
 TENANT = f"fuzz{uuid.uuid4().hex[:6]}"
 FUZZ = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=int(os.environ.get("CORTEX_FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 text = st.text(alphabet=st.characters(codec=None), max_size=300) | st.sampled_from(
@@ -132,8 +136,10 @@ class Fuzz:
             return "ok"
 
         outcome = self.portal.call(go)
+        record("hostile inputs: calls tried")
         if outcome != "ok":
             assert self.footprint() == before, "a refused call wrote something"
+            record("hostile inputs: refused with nothing written")
         return outcome
 
 

@@ -20,6 +20,7 @@ import cortex
 from cortex import NewMessage, use_scope
 from cortex._db import driver_dsn
 from cortex.migrate import grant_sql, upgrade
+from tests.figures import record
 
 pytestmark = pytest.mark.slow
 
@@ -99,6 +100,9 @@ async def test_restart_under_load() -> None:
             try:
                 stored = {r[0] for r in await owner.fetch("SELECT content FROM messages")}
                 missing = [t for t in acked if t not in stored]
+                record("faults: server restarts under load")
+                record("writes acknowledged under faults", len(acked))
+                record("acknowledged writes lost", len(missing))
                 assert missing == [], f"acknowledged but lost: {missing[:5]}"
                 broken = await owner.fetch(
                     """

@@ -44,6 +44,7 @@ from cortex import (
     use_scope,
 )
 from tests.conftest import Database
+from tests.figures import record
 
 EXAMPLES = int(os.environ.get("CORTEX_MODEL_EXAMPLES", "25"))
 TENANTS = ["acme", "acme-corp", "Acme"]
@@ -146,6 +147,7 @@ class StoreModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.sessions.clear()
+        record("model: random operation sequences")
 
     @rule(
         tenant=st.sampled_from(TENANTS),
@@ -440,5 +442,6 @@ def test_store_matches_the_model(
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+    record("model: store calls checked against the model", StoreModel.steps)
     # The budget really ran: hypothesis drove the store, not an empty loop.
     assert StoreModel.steps >= EXAMPLES * 5

@@ -16,6 +16,7 @@ import pytest
 import cortex
 from cortex import ListFilter, NewMessage, NotFound, use_scope
 from tests.conftest import Database, asyncpg_dsn
+from tests.figures import record
 
 
 @pytest.fixture
@@ -52,6 +53,7 @@ async def test_no_tenant_bound_sees_nothing(
     # Updates and deletes that forget the predicate touch nothing.
     assert await app_conn.execute("UPDATE sessions SET title = 'pwned'") == "UPDATE 0"
     assert await app_conn.execute("DELETE FROM messages") == "DELETE 0"
+    record("isolation attacks: raw SQL as the application role", 4)
 
 
 async def test_bound_tenant_sees_only_itself(
@@ -94,16 +96,27 @@ async def test_every_method_refuses_another_tenant(
             store.list_messages(victim),
             store.resolve_session("bot", victim),
             store.set_default_session(victim),
+            store.inspect_session(victim),
+            store.abort_session(victim, "not yours"),
+            store.resume(victim, "any", {}),
         ]
         for attack in attacks:
             with pytest.raises(NotFound):
                 await attack
+            record("isolation attacks: store calls on another tenant's session")
         assert all(s.id != victim for s in await store.list_sessions(ListFilter(limit=1000)))
         assert await store.count_sessions(ListFilter(search="secret")) == 0
     after = await owner_conn.fetchrow(
         "SELECT title, message_count, is_default FROM sessions WHERE tenant_id = $1", tenant
     )
     assert after == before
+    # An interrupt marker for the victim's id only parks in the attacker's own
+    # scope: the victim's session never shows it.
+    with use_scope(other_tenant):
+        await store.mark_interrupted(victim, "attack")
+    with use_scope(f"{tenant}/u"):
+        assert (await store.inspect_session(victim)).interrupt_reason is None
+    record("isolation attacks: store calls on another tenant's session")
 
 
 async def test_same_session_id_in_two_tenants_is_two_sessions(
@@ -129,6 +142,7 @@ async def test_concurrent_requests_never_cross(store: cortex.Store) -> None:
             for _ in range(5):
                 await store.append_message(s.id, NewMessage("user", t))
                 for seen in await store.list_sessions(ListFilter(limit=1000)):
+                    record("isolation: rows checked under concurrent tenants")
                     if seen.title != t or seen.scope.tenant != t:
                         leaks.append(f"{t} saw {seen.title}")
                 for m in await store.list_messages(s.id):
