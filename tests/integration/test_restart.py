@@ -101,6 +101,7 @@ async def test_restart_under_load() -> None:
                 stored = {r[0] for r in await owner.fetch("SELECT content FROM messages")}
                 missing = [t for t in acked if t not in stored]
                 record("faults: server restarts under load")
+                record("faults: calls refused while the server was down", len(failures))
                 record("writes acknowledged under faults", len(acked))
                 record("acknowledged writes lost", len(missing))
                 assert missing == [], f"acknowledged but lost: {missing[:5]}"
