@@ -40,6 +40,7 @@ from cortex import (
     NotFound,
     RequestedInput,
     Scope,
+    SessionAborted,
     SessionState,
     use_scope,
 )
@@ -329,6 +330,31 @@ class StoreModel(RuleBasedStateMachine):
         (stored,) = self.call(s.scope, self.store.append_messages, s.id, [message])
         s.messages.append("")
         (s.answered if answer else s.asked).append((stored.seq, interrupt))
+        self.tick(s)
+
+    @rule(data=st.data(), interrupt=st.sampled_from(["i1", "i2", "never"]))
+    def resume(self, data: st.DataObject, interrupt: str) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        try:
+            stored = self.call(s.scope, self.store.resume, s.id, interrupt, {"ok": True})
+        except SessionAborted:
+            assert s.aborted
+            return
+        except Conflict:
+            assert not s.aborted
+            assert interrupt not in s.pending()
+            assert any(i == interrupt for _, i in s.asked)
+            return
+        except NotFound:
+            assert not s.aborted
+            assert not any(i == interrupt for _, i in s.asked)
+            return
+        assert not s.aborted
+        assert interrupt in s.pending()
+        s.messages.append("")
+        s.answered.append((stored.seq, interrupt))
         self.tick(s)
 
     @rule(data=st.data())
