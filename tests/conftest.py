@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio.from_thread
 import asyncpg
 import pytest
 
@@ -167,6 +168,24 @@ def blank_db(server_url: str) -> Iterator[str]:
     asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
     yield with_database(server_url, name)
     asyncio.run(admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
+def portal() -> Iterator[anyio.from_thread.BlockingPortal]:
+    """An event loop in a thread, for hypothesis tests (which are synchronous)."""
+    with anyio.from_thread.start_blocking_portal("asyncio") as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def portal_store(
+    database: Database, portal: anyio.from_thread.BlockingPortal
+) -> Iterator[cortex.Store]:
+    """A store living on ``portal``'s loop, shared by a module's hypothesis examples."""
+    cm = cortex.connect(database.app_url)
+    store = portal.call(cm.__aenter__)
+    yield store
+    portal.call(cm.__aexit__, None, None, None)
 
 
 @pytest.fixture

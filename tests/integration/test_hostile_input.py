@@ -76,25 +76,18 @@ ids = (
 
 
 @pytest.fixture(scope="module")
-def portal() -> Iterator[anyio.from_thread.BlockingPortal]:
-    with anyio.from_thread.start_blocking_portal("asyncio") as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def fuzz(database: Database, portal: anyio.from_thread.BlockingPortal) -> Iterator[Fuzz]:
-    cm = cortex.connect(database.app_url)
-    store = portal.call(cm.__aenter__)
+def fuzz(
+    database: Database, portal: anyio.from_thread.BlockingPortal, portal_store: cortex.Store
+) -> Iterator[Fuzz]:
     owner = portal.call(asyncpg.connect, asyncpg_dsn(database.owner_url))
 
     async def make_session() -> str:
         with use_scope(TENANT):
-            return (await store.create_session("fuzz-target")).id
+            return (await portal_store.create_session("fuzz-target")).id
 
     target = portal.call(make_session)
-    yield Fuzz(store, portal, owner, target)
+    yield Fuzz(portal_store, portal, owner, target)
     portal.call(owner.close)
-    portal.call(cm.__aexit__, None, None, None)
 
 
 class Fuzz:

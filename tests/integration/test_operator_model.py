@@ -9,17 +9,14 @@ reading of the whole history says (contract section 4).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio.from_thread
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cortex
 from cortex import FunctionResponse, ListFilter, NewMessage, RequestedInput, SessionState, use_scope
-from tests.conftest import Database
 
 IDS = ["a", "b", "c"]
 
@@ -78,22 +75,6 @@ def message(step: Step) -> NewMessage:
     return NewMessage("user", "plain")
 
 
-@pytest.fixture(scope="module")
-def portal() -> Iterator[anyio.from_thread.BlockingPortal]:
-    with anyio.from_thread.start_blocking_portal("asyncio") as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def model_store(
-    database: Database, portal: anyio.from_thread.BlockingPortal
-) -> Iterator[cortex.Store]:
-    cm = cortex.connect(database.app_url)
-    store = portal.call(cm.__aenter__)
-    yield store
-    portal.call(cm.__aexit__, None, None, None)
-
-
 async def replay(store: cortex.Store, history: list[Step]) -> None:
     with use_scope("model/t"):
         session = await store.create_session("bot")
@@ -142,6 +123,6 @@ async def replay(store: cortex.Store, history: list[Step]) -> None:
 )
 @given(history=steps)
 def test_maintained_state_equals_derivation(
-    model_store: cortex.Store, portal: anyio.from_thread.BlockingPortal, history: list[Step]
+    portal_store: cortex.Store, portal: anyio.from_thread.BlockingPortal, history: list[Step]
 ) -> None:
-    portal.call(replay, model_store, history)
+    portal.call(replay, portal_store, history)

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.from_thread
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -44,7 +42,6 @@ from cortex import (
     SessionState,
     use_scope,
 )
-from tests.conftest import Database
 from tests.figures import record
 
 EXAMPLES = int(os.environ.get("CORTEX_MODEL_EXAMPLES", "25"))
@@ -437,26 +434,10 @@ class StoreModel(RuleBasedStateMachine):
         assert len(pairs) == len(set(pairs))
 
 
-@pytest.fixture(scope="module")
-def portal() -> Iterator[anyio.from_thread.BlockingPortal]:
-    with anyio.from_thread.start_blocking_portal("asyncio") as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def model_store(
-    database: Database, portal: anyio.from_thread.BlockingPortal
-) -> Iterator[cortex.Store]:
-    cm = cortex.connect(database.app_url)
-    store = portal.call(cm.__aenter__)
-    yield store
-    portal.call(cm.__aexit__, None, None, None)
-
-
 def test_store_matches_the_model(
-    model_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
+    portal_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
 ) -> None:
-    StoreModel.store = model_store
+    StoreModel.store = portal_store
     StoreModel.portal = portal
     StoreModel.steps = 0
     run_state_machine_as_test(
