@@ -205,11 +205,23 @@ def other_tenant() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-async def owner_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
-    """A superuser connection for checking what is really stored (bypasses RLS)."""
-    conn = await asyncpg.connect(asyncpg_dsn(database.owner_url))
+async def _connection(url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def owner_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser connection for checking what is really stored (bypasses RLS)."""
+    async for conn in _connection(database.owner_url):
+        yield conn
+
+
+@pytest.fixture
+async def app_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A raw connection as the application role: row-level security applies."""
+    async for conn in _connection(database.app_url):
+        yield conn

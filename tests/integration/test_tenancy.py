@@ -7,7 +7,6 @@ and every write commits for real.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 
 import anyio
 import asyncpg
@@ -15,17 +14,7 @@ import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, NotFound, use_scope
-from tests.conftest import Database, asyncpg_dsn
 from tests.figures import record
-
-
-@pytest.fixture
-async def app_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(asyncpg_dsn(database.app_url))
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 async def _seed(store: cortex.Store, tenant: str) -> str:
