@@ -43,35 +43,34 @@ class BenchDatabase:
     role: str
 
 
+async def _execute(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
 @contextlib.asynccontextmanager
 async def bench_database(server_url: str, *, keep: bool = False) -> AsyncIterator[BenchDatabase]:
     """Create, migrate and grant a throwaway database; drop it afterwards unless ``keep``."""
     suffix = uuid.uuid4().hex[:8]
     name, role = f"cortex_bench_{suffix}", f"cortex_bench_app_{suffix}"
-    admin = await asyncpg.connect(driver_dsn(server_url))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    finally:
-        await admin.close()
+    server = driver_dsn(server_url)
+    await _execute(server, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN')
     owner = driver_dsn(server_url, database=name)
     await asyncio.to_thread(upgrade, owner)
-    conn = await asyncpg.connect(owner)
-    try:
-        for statement in grant_sql(role):
-            await conn.execute(statement)
-    finally:
-        await conn.close()
+    await _execute(owner, *grant_sql(role))
     try:
         yield BenchDatabase(name, owner, driver_dsn(server_url, database=name, user=role), role)
     finally:
         if not keep:
-            admin = await asyncpg.connect(driver_dsn(server_url))
-            try:
-                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
-            finally:
-                await admin.close()
+            await _execute(
+                server,
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'DROP ROLE IF EXISTS "{role}"',
+            )
 
 
 async def server_facts(url: str) -> dict[str, Any]:
