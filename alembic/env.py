@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from cortex._db import make_engine, normalise_url
+from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
 from cortex.migrate import MIGRATION_LOCK_KEY
 

@@ -27,7 +27,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
-from cortex._db import driver_dsn
+from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated

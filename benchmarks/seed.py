@@ -69,7 +69,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from cortex._db import driver_dsn
+from cortex._engine import driver_dsn
 
 __all__ = ["ANCHOR", "CHUNK", "main", "seed", "vocabulary"]
 

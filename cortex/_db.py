@@ -1,61 +1,40 @@
-"""Engine, URL normalisation, the transaction helper and the schema-revision check.
+"""The transaction runner: the only way the store touches the database.
 
-:func:`run_transaction` is the only way the store touches the database: one
-transaction per call, the tenant bound for row-level security with a
-transaction-local ``set_config``, rollback unless the body returns, bounded
-retries of serialization failures and deadlocks, and every driver error
-translated to a :class:`~cortex.errors.CortexError`. The functions it runs
-never commit.
+:func:`run_transaction` runs one transaction per call, the tenant bound for
+row-level security with a transaction-local ``set_config``, rollback unless
+the body returns, bounded retries of serialization failures and deadlocks,
+and every driver error translated to a :class:`~cortex.errors.CortexError`.
+The functions it runs never commit. Statements run through
+:class:`cortex._executor.Tx`; engines come from :mod:`cortex._engine`.
 """
 
 from __future__ import annotations
 
 import logging
 from asyncio import CancelledError
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from functools import cache
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
 import anyio
 import asyncpg
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from cortex._executor import Tx
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
     CortexError,
     DatabaseError,
     DatabaseUnavailable,
-    InvalidInput,
-    SchemaMismatch,
     sqlstate_of,
     translate,
     translate_errors,
 )
 from cortex.scope import Scope
 
-__all__ = [
-    "SCHEMA_REVISION",
-    "Result",
-    "Row",
-    "Tx",
-    "check_schema",
-    "driver_dsn",
-    "make_engine",
-    "normalise_url",
-    "run_transaction",
-]
+__all__ = ["MAX_ATTEMPTS", "RetryTransaction", "run_transaction"]
 
 log = logging.getLogger("cortex")
-
-# The Alembic revision this code reads and writes. A test keeps it equal to the
-# head of alembic/versions.
-SCHEMA_REVISION: Final = "20261015000007"
 
 # Serialization failures and deadlocks are retried this many times in all; the
 # backoff doubles from 5 ms so that two colliding transactions fall apart.
@@ -71,174 +50,6 @@ class _StaleConnection(Exception):
 
 class RetryTransaction(Exception):
     """Raised by a transaction body to be run again from the start on a new snapshot."""
-
-
-class Row(asyncpg.Record):
-    """asyncpg's record with attribute access (``row.id``), as cortex reads columns."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-class Result:
-    """The rows of one statement, read the way cortex reads them."""
-
-    __slots__ = ("_rows",)
-
-    def __init__(self, rows: list[Row]) -> None:
-        self._rows = rows
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self._rows)
-
-    def all(self) -> list[Row]:
-        return self._rows
-
-    def first(self) -> Row | None:
-        return self._rows[0] if self._rows else None
-
-    def one(self) -> Row:
-        if len(self._rows) != 1:
-            raise AssertionError(f"expected one row, got {len(self._rows)}")
-        return self._rows[0]
-
-    def scalar_one(self) -> Any:
-        return self.one()[0]
-
-    def scalar_one_or_none(self) -> Any:
-        row = self.first()
-        return None if row is None else row[0]
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    sql: str
-    order: tuple[str, ...]
-    defaults: dict[str, Any]
-
-
-_DIALECT: Final = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
-
-
-@cache
-def _compile(stmt: sa.ClauseElement) -> _Compiled:
-    # Statement shapes are built once (cortex._filters) and compiled once here;
-    # values embedded in a shape (e.g. kind = 'interrupted') are its defaults.
-    compiled = stmt.compile(dialect=_DIALECT)
-    order = getattr(compiled, "positiontup", None) or ()  # asyncpg's $n style is positional
-    return _Compiled(str(compiled), tuple(order), dict(compiled.params))
-
-
-class Tx:
-    """One transaction's statements, executed straight on the asyncpg connection.
-
-    SQLAlchemy builds and compiles each statement shape once; asyncpg prepares
-    and caches it per connection. Executing on the driver skips SQLAlchemy's
-    per-call execution machinery (greenlet hops, result processing), which
-    cost more CPU than PostgreSQL spent running the hot statements.
-    """
-
-    __slots__ = ("driver",)
-
-    def __init__(self, driver: asyncpg.Connection) -> None:
-        self.driver = driver
-
-    async def execute(
-        self, stmt: sa.ClauseElement, params: Mapping[str, Any] | None = None
-    ) -> Result:
-        """Run a statement with named parameters; its rows (possibly none)."""
-        compiled = _compile(stmt)
-        given = params or {}
-        args = [
-            given[name] if name in given else compiled.defaults[name] for name in compiled.order
-        ]
-        rows: list[Row] = await self.driver.fetch(compiled.sql, *args, record_class=Row)
-        return Result(rows)
-
-
-def normalise_url(url: str | URL) -> URL:
-    """Accept ``postgresql://``, ``postgres://`` or ``postgresql+asyncpg://``; return the asyncpg form.
-
-    Raises:
-        InvalidInput: for any other driver or an unparsable URL.
-    """
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InvalidInput("database URL: cannot parse it") from None
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+asyncpg"):
-        return parsed.set(drivername="postgresql+asyncpg")
-    raise InvalidInput(
-        f"database URL: expected postgresql:// or postgresql+asyncpg://, got {parsed.drivername}://"
-    )
-
-
-# Seconds asyncpg may take to open a connection (its own default is 60): a
-# checkout is shielded from cancellation, so this bounds how long a cancelled
-# caller can wait for one.
-CONNECT_TIMEOUT: Final = 10
-
-
-def driver_dsn(url: str | URL, *, database: str | None = None, user: str | None = None) -> str:
-    """The URL in asyncpg's own ``postgresql://`` form, optionally for another database or user.
-
-    Query parameters (such as the embedded server's ``?host=<socket dir>``) are kept.
-    """
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    if user is not None:
-        parsed = parsed.set(username=user, password=None)
-    return parsed.render_as_string(hide_password=False)
-
-
-def make_engine(
-    url: str | URL, *, manual_transactions: bool = False, **pool_options: Any
-) -> AsyncEngine:
-    """An async engine on asyncpg; ``pool_options`` go to ``create_async_engine``.
-
-    ``manual_transactions``: SQLAlchemy never sends BEGIN/COMMIT itself
-    (AUTOCOMMIT at the driver); :func:`run_transaction` sends them, folding
-    the tenant binding into the BEGIN round trip.
-
-    Raises:
-        InvalidInput: ``isolation_level`` is passed; cortex owns transactions.
-    """
-    if "isolation_level" in pool_options:
-        raise InvalidInput("isolation_level: cortex manages its own transactions")
-    connect_args = dict(pool_options.pop("connect_args", None) or {})
-    connect_args.setdefault("timeout", CONNECT_TIMEOUT)
-    if manual_transactions:
-        pool_options["isolation_level"] = "AUTOCOMMIT"
-        connect_args["record_class"] = Row
-    return create_async_engine(normalise_url(url), connect_args=connect_args, **pool_options)
-
-
-async def check_schema(engine: AsyncEngine) -> None:
-    """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
-
-    Raises:
-        SchemaMismatch: naming the revision found and the command that fixes it.
-        DatabaseUnavailable: if the database cannot be reached.
-    """
-    with translate_errors():
-        async with engine.connect() as conn:
-            exists = await conn.scalar(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL"))
-            found = (
-                (await conn.execute(sa.text("SELECT version_num FROM alembic_version")))
-                .scalars()
-                .all()
-                if exists
-                else []
-            )
-    if list(found) != [SCHEMA_REVISION]:
-        have = ", ".join(found) or "no cortex schema"
-        raise SchemaMismatch(
-            f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
-        )
 
 
 async def run_transaction(

@@ -12,7 +12,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from cortex._db import Row, Tx
+from cortex._executor import Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
 from cortex._sessions import select_session

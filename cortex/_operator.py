@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from cortex._db import Tx
+from cortex._executor import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
 from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
 from cortex._tables import messages, pending_inputs, session_markers, sessions

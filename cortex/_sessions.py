@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from cortex._db import RetryTransaction, Row, Tx
+from cortex._db import RetryTransaction
+from cortex._executor import Row, Tx
 from cortex._filters import (
     FilterShape,
     after_cursor,

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from alembic import command
 from cortex import migrate
-from cortex._db import SCHEMA_REVISION, make_engine
+from cortex._engine import SCHEMA_REVISION, make_engine
 from cortex.errors import (
     Conflict,
     CortexError,

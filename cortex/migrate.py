@@ -20,7 +20,7 @@ from typing import Final
 from alembic.config import Config
 
 from alembic import command
-from cortex._db import normalise_url
+from cortex._engine import normalise_url
 from cortex.errors import InvalidInput
 
 __all__ = [

@@ -19,7 +19,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cortex import _messages, _operator, _sessions
-from cortex._db import Tx, check_schema, make_engine, run_transaction
+from cortex._db import run_transaction
+from cortex._engine import check_schema, make_engine
+from cortex._executor import Tx
 from cortex.errors import InvalidInput, NotFound
 from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
 from cortex.models import (

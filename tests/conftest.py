@@ -30,7 +30,7 @@ import asyncpg
 import pytest
 
 import cortex
-from cortex._db import driver_dsn
+from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _LOCAL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -8,7 +8,7 @@ import sys
 import pytest
 from sqlalchemy.engine import make_url
 
-from cortex._db import SCHEMA_REVISION
+from cortex._engine import SCHEMA_REVISION
 from cortex.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_SCHEMA, EXIT_UNAVAILABLE, main
 from tests.conftest import Database, with_database
 

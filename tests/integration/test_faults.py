@@ -21,7 +21,8 @@ from cortex import (
     Scope,
     use_scope,
 )
-from cortex._db import MAX_ATTEMPTS, Tx, run_transaction
+from cortex._db import MAX_ATTEMPTS, run_transaction
+from cortex._executor import Tx
 from tests.conftest import Database, admin, with_database
 from tests.figures import record
 

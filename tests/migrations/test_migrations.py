@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 import cortex
 from alembic import command
 from cortex import NewMessage, use_scope
-from cortex._db import SCHEMA_REVISION
+from cortex._engine import SCHEMA_REVISION
 from cortex.migrate import alembic_config, downgrade, grant_sql, script_location, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_database
 
