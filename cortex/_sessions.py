@@ -42,6 +42,7 @@ __all__ = [
     "count_sessions",
     "delete_session",
     "insert_session",
+    "lock_session_id",
     "resolve_default",
     "row_to_session",
     "select_page",
@@ -174,15 +175,18 @@ def _delete_statement(depth: int) -> sa.ClauseElement:
     return (
         sa.delete(sessions)
         .where(visible(depth), sessions.c.id == _id_param())
-        .returning(sessions.c.id)
+        .returning(sessions.c.scope)
     )
 
 
 @cache
 def _delete_markers_statement() -> sa.Delete:
+    # The session's own markers: those at its scope. A marker another scope
+    # parked for the same id waits for a session of that scope, not this one.
     return sa.delete(session_markers).where(
         session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         session_markers.c.session_id == _id_param(),
+        session_markers.c.scope == sa.bindparam("deleted_scope", type_=sa.Text()),
     )
 
 
@@ -241,8 +245,15 @@ async def insert_session(
     title: str,
     metadata_json: str,
     is_default: bool,
+    caller_chosen_id: bool = False,
 ) -> Session:
     """Insert a session at exactly ``scope``.
+
+    A caller-chosen id may carry an interrupt marker parked before the
+    session exists: the id's advisory lock (:func:`lock_session_id`) is taken
+    first, so a concurrent ``mark_interrupted`` either committed before the
+    INSERT's snapshot (the session starts interrupted) or waits and then
+    finds the session. Generated ids are fresh UUIDv7s no marker can name.
 
     Raises:
         Conflict: the id is taken in this tenant, or (agent, scope) already has a default.
@@ -255,6 +266,8 @@ async def insert_session(
         "new_is_default": is_default,
         **scope_columns(scope),
     }
+    if caller_chosen_id:
+        await lock_session_id(conn, scope, session_id)
     try:
         row = (await conn.execute(_insert_statement(), params)).one()
     except asyncpg.UniqueViolationError as exc:
@@ -308,11 +321,15 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
         NotFound: when the session is not visible.
     """
     params = {**scope_params(scope), "target_id": session_id}
-    if (await conn.execute(_delete_statement(depth_class(scope)), params)).first() is None:
+    deleted = (await conn.execute(_delete_statement(depth_class(scope)), params)).first()
+    if deleted is None:
         raise _not_found(session_id)
     # Markers have no foreign key (they may be parked before a session
-    # exists), so they go explicitly, in the same transaction.
-    await conn.execute(_delete_markers_statement(), params)
+    # exists), so they go explicitly, in the same transaction. A concurrent
+    # mark_interrupted writes its marker only under the session's row lock,
+    # which this DELETE holds: it committed before (and is deleted here) or
+    # it finds the session gone.
+    await conn.execute(_delete_markers_statement(), {**params, "deleted_scope": deleted.scope})
 
 
 async def select_page(
@@ -361,6 +378,15 @@ async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
+
+
+async def lock_session_id(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
+    """Take the transaction-scoped advisory lock on (tenant, session id).
+
+    Serialises what a row lock cannot, because the row may not exist yet: a
+    create with a caller-chosen id against markers parked for that id.
+    """
+    await conn.execute(_lock_statement(), {"lock_key": f"session {scope.tenant} {session_id}"})
 
 
 @cache

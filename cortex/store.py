@@ -153,6 +153,7 @@ class Store:
                 title=title,
                 metadata_json=metadata_json,
                 is_default=bool(is_default),
+                caller_chosen_id=session_id is not None,
             ),
         )
 
@@ -405,9 +406,16 @@ class Store:
         """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
 
         The session need not exist yet: the marker waits, and shows once a
-        session with this id is created in the current scope.
+        session with this id is created in the current scope. Concurrency:
+        whatever the interleaving, a marker set on a session that is being
+        deleted goes with it, and one set for an id being created shows on
+        the new session.
 
         Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is written).
+            Conflict: no session has this id, and another scope parked a
+                marker for it.
             InvalidInput: ``reason`` breaks a limit or the id is malformed.
         """
         scope, sid = current_scope(), _session_id(session_id)
@@ -415,6 +423,11 @@ class Store:
         await self._run(scope, lambda conn: _operator.mark_interrupted(conn, scope, sid, reason))
 
     async def clear_interrupted(self, session_id: str) -> None:
-        """Clear the interrupt marker when the turn completes; a no-op if there is none."""
+        """Clear the interrupt marker when the turn completes; a no-op if there is none.
+
+        Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is changed).
+        """
         scope, sid = current_scope(), _session_id(session_id)
         await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))
