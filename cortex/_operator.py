@@ -12,27 +12,28 @@ import uuid
 from functools import cache
 from typing import Any, Final
 
-import jsonschema
-import jsonschema.exceptions
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._executor import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
+from cortex._schemas import validate_response
 from cortex._sessions import SESSION_COLUMNS, lock_session_id, row_to_session, select_session
 from cortex._tables import messages, pending_inputs, session_markers, sessions
-from cortex.errors import AlreadyAborted, Conflict, InvalidInput, NotFound, SessionAborted
+from cortex.errors import AlreadyAborted, Conflict, NotFound, SessionAborted
 from cortex.ids import SESSION_PREFIX, format_id
 from cortex.models import Message, PendingInput, Session, SessionDetail, SessionState
 from cortex.scope import Scope
 
 __all__ = [
     "abort",
+    "check_answer",
     "check_resumable",
     "clear_interrupted",
     "inspect",
     "mark_interrupted",
+    "pending_schemas",
     "record_inputs",
 ]
 
@@ -421,14 +422,32 @@ def _pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
     )
 
 
-def _validate(response: Any, schema: dict[str, Any] | None) -> None:
-    if schema is None:
-        return
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(response))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        raise InvalidInput(f"response: at {where}: {error.message}")
+async def pending_schemas(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, interrupt_id: str
+) -> dict[int, Any]:
+    """The response schemas of the questions ``interrupt_id`` would answer, by raised seq.
+
+    Read without locking anything, so ``resume`` can check the answer before
+    it takes the session's row lock (and outside any transaction).
+
+    Raises:
+        NotFound: the session is not visible.
+    """
+    await select_session(conn, scope, session_id)
+    params = {**scope_params(scope), "target_id": session_id, "interrupt_id": interrupt_id}
+    rows = (await conn.execute(_pending_by_id_statement(), params)).all()
+    return {row.raised_seq: row.response_schema for row in rows}
+
+
+def check_answer(response: Any, schemas: dict[int, Any]) -> None:
+    """Validate ``response`` against each schema (bounded work: cortex._schemas).
+
+    Raises:
+        InvalidInput: naming the failing path.
+    """
+    for schema in schemas.values():
+        if schema is not None:
+            validate_response(response, schema)
 
 
 async def check_resumable(
@@ -437,11 +456,15 @@ async def check_resumable(
     session_id: uuid.UUID,
     interrupt_id: str,
     response: Any,
+    *,
+    checked: dict[int, Any],
 ) -> None:
     """Check, under the session's row lock, that ``response`` may answer ``interrupt_id``.
 
     The lock serialises concurrent resumes of one session: the second sees
-    the first one's answer and gets Conflict.
+    the first one's answer and gets Conflict. ``checked`` holds the schemas
+    the answer was already validated against before the lock (by raised
+    seq); only a question raised since then is validated here.
 
     Raises:
         NotFound: the session is not visible, or never asked ``interrupt_id``.
@@ -458,5 +481,6 @@ async def check_resumable(
         if (await conn.execute(_asked_before_statement(), params)).scalar_one():
             raise Conflict(f"interrupt {interrupt_id!r} was already answered")
         raise NotFound(f"no pending input {interrupt_id!r} in this session")
-    for row in pending:
-        _validate(response, row.response_schema)
+    check_answer(
+        response, {r.raised_seq: r.response_schema for r in pending if r.raised_seq not in checked}
+    )

@@ -12,10 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final, Literal, TypeVar
 
-import jsonschema
-import jsonschema.exceptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cortex._schemas import check_response_schema
 from cortex.errors import InvalidInput
 from cortex.scope import Scope
 
@@ -307,11 +306,9 @@ class RequestedInput(_Model):
         if value is None:
             return None
         check_json(value, "response_schema")
-        try:
-            jsonschema.validators.validator_for(value).check_schema(value)
-        except jsonschema.exceptions.SchemaError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        # Refused here, when asked, if answers could not be checked against it
+        # safely (see cortex._schemas): never discovered at resume.
+        check_response_schema(value)
         return value
 
     @field_validator("payload")

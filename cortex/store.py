@@ -395,8 +395,18 @@ class Store:
             function_response=FunctionResponse(id=interrupt_id, response=response),
         )
 
+        # The answer is checked against its schemas before the session's row
+        # lock is taken, with no transaction open: however long validation
+        # takes (bounded by cortex._schemas), it holds nothing anyone waits on.
+        schemas = await self._run(
+            scope, lambda conn: _operator.pending_schemas(conn, scope, sid, interrupt_id)
+        )
+        _operator.check_answer(response, schemas)
+
         async def body(conn: Tx) -> Message:
-            await _operator.check_resumable(conn, scope, sid, interrupt_id, response)
+            await _operator.check_resumable(
+                conn, scope, sid, interrupt_id, response, checked=schemas
+            )
             (stored,) = await _messages.append_messages(conn, scope, sid, [answer])
             return stored
 

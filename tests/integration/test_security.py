@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+import cortex
+from cortex import InvalidInput, NewMessage, RequestedInput, SessionState, use_scope
 from cortex.migrate import downgrade, grant_sql, upgrade
 from tests.conftest import Database, admin, asyncpg_dsn, with_database
 from tests.figures import record
@@ -130,3 +132,26 @@ def test_grants_survive_a_rollback_and_the_upgrade_after_it(
     upgrade(url)
     # No `cortex db grant` in between: the upgrade gave the role its rights back.
     asyncio.run(_app_can_use_everything(url, role))
+
+
+async def test_a_response_schema_cannot_stall_resume(store: cortex.Store, tenant: str) -> None:
+    # The review's schema: Python's backtracking re needs ~1.8**n steps for n
+    # a's and a '!' (14 s at n = 28), with the session's row lock held. Here
+    # n = 60,000 and the answer is refused at once, before any lock.
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    with use_scope(f"{tenant}/u"):
+        s = await store.create_session("bot")
+        await store.append_message(
+            s.id,
+            NewMessage(
+                "assistant",
+                "code?",
+                requested_input=RequestedInput(interrupt_id="q", response_schema=schema),
+            ),
+        )
+        with pytest.raises(InvalidInput, match="response: at code"):
+            await store.resume(s.id, "q", {"code": "a" * 60_000 + "!"})
+        assert (await store.get_session(s.id)).message_count == 1
+        await store.resume(s.id, "q", {"code": "a" * 60_000})
+        assert (await store.get_session(s.id)).state is SessionState.IDLE
+    record("hostile inputs: response schemas built to stall validation", 1)
