@@ -275,13 +275,9 @@ async def abort(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> S
     if session.state is SessionState.ABORTED:
         raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
     marker, clear, flag = _abort_statements(depth_class(scope))
-    params = {
-        **scope_params(scope),
-        "target_id": session_id,
-        "marker_scope": str(session.scope),
-        "reason": reason,
-    }
-    if (await conn.execute(marker, params)).first() is None:
+    params = {**scope_params(scope), "target_id": session_id}
+    marker_params = {**params, "marker_scope": str(session.scope), "reason": reason}
+    if (await conn.execute(marker, marker_params)).first() is None:
         raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
     await conn.execute(clear, params)
     return row_to_session((await conn.execute(flag, params)).one())
@@ -372,15 +368,16 @@ async def mark_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID, reason
         Conflict: another scope parked a marker for this id, which no session has yet.
     """
     depth = depth_class(scope)
-    params: dict[str, Any] = {**scope_params(scope), "target_id": session_id, "reason": reason}
+    params: dict[str, Any] = {**scope_params(scope), "target_id": session_id}
     mark, park, flag, _, _ = _interrupt_statements(depth)
     if await _probe(conn, scope, session_id, params):
         flagged = (await conn.execute(flag, params)).first()
         if flagged is None:  # deleted between the probe and the row lock
             raise _not_found(session_id)
-        await conn.execute(mark, {**params, "marker_scope": flagged.scope})
+        await conn.execute(mark, {**params, "reason": reason, "marker_scope": flagged.scope})
         return
-    parked = (await conn.execute(park, {**params, "marker_scope": str(scope)})).first()
+    parked_params = {**params, "reason": reason, "marker_scope": str(scope)}
+    parked = (await conn.execute(park, parked_params)).first()
     if parked is None:
         sid = format_id(SESSION_PREFIX, session_id)
         raise Conflict(f"session id {sid} carries a marker another scope parked")

@@ -343,7 +343,9 @@ async def select_page(
 ) -> list[Session]:
     """One page of the listing, by offset or after a keyset cursor."""
     stmt = _page_statement(filter_shape(scope, flt), cursor=after is not None, offset=offset > 0)
-    params = {**filter_params(scope, flt), "limit": limit, "offset": offset}
+    params = {**filter_params(scope, flt), "limit": limit}
+    if offset > 0:
+        params["offset"] = offset
     if after is not None:
         params.update(cursor_params(*after))
     rows = (await conn.execute(stmt, params)).all()
@@ -374,7 +376,8 @@ async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
     }
     row = (await conn.execute(_resolve_insert_statement(), params)).first()
     if row is None:
-        row = (await conn.execute(_default_statement(), params)).first()
+        lookup = {**scope_params(scope), "new_agent_id": agent_id}
+        row = (await conn.execute(_default_statement(), lookup)).first()
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
@@ -436,9 +439,12 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
     await conn.execute(_lock_statement(), {"lock_key": key})
     demote, promote = _switch_statements(depth_class(scope))
+    target_scope = scope_params(target.scope, key="target")
     params = {
         **scope_params(scope),
-        **scope_params(target.scope, key="target"),
+        # exact_clause(key="target") binds the tenant and the path only.
+        "target_tenant": target_scope["target_tenant"],
+        "target_path": target_scope["target_path"],
         "target_agent_id": target.agent_id,
         "target_id": session_id,
     }
