@@ -164,6 +164,20 @@ async def test_wrong_type_is_invalid_input_naming_the_parameter(
             id="message-int-key",
         ),
         pytest.param(lambda s: s.append_messages(SID, None), "messages", id="append-none"),
+        # Every message within its limits, the batch over 64 MiB in all.
+        pytest.param(
+            lambda s: s.append_messages(SID, [NewMessage("user", "x" * 2**20)] * 65),
+            "messages",
+            id="batch-bytes-content",
+        ),
+        pytest.param(
+            lambda s: s.append_messages(
+                SID,
+                [NewMessage("user", "x" * (2**20 - 70_000), metadata={"k": "y" * 65_000})] * 70,
+            ),
+            "messages",
+            id="batch-bytes-content-and-metadata",
+        ),
         pytest.param(lambda s: s.append_messages(SID, "user"), "messages", id="append-str"),
         pytest.param(
             lambda s: s.append_messages(SID, [NewMessage("user"), None]),
