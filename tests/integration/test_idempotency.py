@@ -8,8 +8,10 @@ client-chosen ids returns what was stored.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import AsyncIterator
 
+import anyio
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
@@ -173,3 +175,52 @@ async def test_a_taken_id_seen_from_a_sibling_scope_reveals_only_that_it_is_take
     # The parent sees the session but did not create it there.
     with use_scope(tenant), pytest.raises(Conflict):
         await store.create_session("secret-agent", title="secret title", session_id=sid)
+
+
+STORM_CALLS = int(os.environ.get("CORTEX_AMBIGUOUS_STORM", "60"))
+
+
+async def test_ambiguous_commit_storm(
+    proxied: cortex.Store, proxy: CommitDropProxy, owner_conn: asyncpg.Connection, tenant: str
+) -> None:
+    """Concurrent keyed appends, a third of them losing their COMMIT reply, each retried until answered."""
+    with use_scope(tenant):
+        sessions = [(await proxied.create_session("bot")).id for _ in range(4)]
+    sent: dict[str, int] = dict.fromkeys(sessions, 0)
+    ambiguous = 0
+
+    async def caller(worker: int) -> None:
+        nonlocal ambiguous
+        for i in range(STORM_CALLS // 4):
+            sid = sessions[(worker + i) % len(sessions)]
+            batch = [NewMessage("user", f"{worker}:{i}:{k}", id=message_id()) for k in range(3)]
+            if random.random() < 1 / 3:
+                proxy.arm()
+            with use_scope(tenant):
+                while True:
+                    try:
+                        stored = await proxied.append_messages(sid, batch)
+                    except DatabaseUnavailable:
+                        ambiguous += 1
+                        continue  # the safe retry: the same batch, the same ids
+                    break
+            assert [m.id for m in stored] == [m.id for m in batch]
+            sent[sid] += len(batch)
+
+    async with anyio.create_task_group() as tg:
+        for worker in range(4):
+            tg.start_soon(caller, worker)
+    rows = await owner_conn.fetch(
+        "SELECT s.id, s.message_count, count(m.id) AS n, count(DISTINCT m.content) AS distinct_n,"
+        " coalesce(max(m.seq), 0) AS max_seq FROM sessions s"
+        " LEFT JOIN messages m ON m.tenant_id = s.tenant_id AND m.session_id = s.id"
+        " WHERE s.tenant_id = $1 GROUP BY s.id, s.message_count",
+        tenant,
+    )
+    for row in rows:
+        assert row["message_count"] == row["n"] == row["distinct_n"] == row["max_seq"]
+    assert sum(row["n"] for row in rows) == sum(sent.values())
+    record("ambiguous-commit storm: keyed appends", sum(sent.values()) // 3)
+    record("ambiguous-commit storm: COMMIT replies dropped", proxy.dropped)
+    record("ambiguous-commit storm: DatabaseUnavailable, then retried", ambiguous)
+    record("ambiguous-commit storm: messages stored twice", 0)
