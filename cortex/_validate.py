@@ -122,6 +122,8 @@ def encode_json(value: Any, max_bytes: int) -> str:
     cannot hold them), lone surrogates, and more than ``max_bytes`` UTF-8
     bytes. The text ``\\u0000`` (a backslash, then ``u0000``) is no NUL.
     """
+    if type(value) is dict and not value:
+        return "{}"  # most metadata: skip the encoder
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:

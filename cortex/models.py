@@ -7,10 +7,11 @@ written. This module must not import the database layer.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 import jsonschema
@@ -143,9 +144,19 @@ def _json(value: Any) -> Any:
     return value
 
 
+@lru_cache(maxsize=4096)
+def session_uuid(value: str) -> uuid.UUID:
+    """The uuid behind a ``ses_…`` id, parsed once for the validator and the store body.
+
+    Raises:
+        InvalidInput: a malformed or wrong-prefix id (refusals are not cached).
+    """
+    return parse_id(SESSION_PREFIX, value)
+
+
 def _session_id(value: str) -> str:
     try:
-        parse_id(SESSION_PREFIX, value)
+        session_uuid(value)
     except InvalidInput as exc:
         raise ValueError(str(exc).removeprefix("id: ")) from None
     return value

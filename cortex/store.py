@@ -29,7 +29,7 @@ from cortex._executor import Tx
 from cortex._snapshot import read_snapshot
 from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound
-from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
+from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
@@ -51,6 +51,7 @@ from cortex.models import (
     SessionDetail,
     SessionId,
     Title,
+    session_uuid,
 )
 from cortex.scope import Scope, current_scope
 
@@ -81,8 +82,11 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
 
 
 def _sid(session_id: str, field: str = "session_id") -> uuid.UUID:
-    # Already validated by the boundary; this only converts.
-    return parse_id(SESSION_PREFIX, session_id, field=field)
+    # Validated by the boundary, whose parse is cached: this only looks it up.
+    try:
+        return session_uuid(session_id)
+    except InvalidInput as exc:  # a Session's id is checked here, not by the boundary
+        raise InvalidInput(f"{field}: {str(exc).removeprefix('id: ')}") from None
 
 
 # Model arguments must be instances (a dict is a wrong type); each is validated
