@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter
 
@@ -68,6 +69,26 @@ async def test_walk_is_a_snapshot_and_closing_it_returns_the_connection(
         await anext(walk)
         await walk.aclose()  # closing early ends the snapshot transaction
     pool = store.engine.pool
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_an_abandoned_walk_returns_its_connection_when_collected(
+    store: cortex.Store, tenant: str
+) -> None:
+    with use_scope(tenant):
+        await store.create_session("bot")
+        await store.create_session("bot")
+        walk = store.iter_sessions(ListFilter(limit=1))
+        await anext(walk)
+    pool = store.engine.pool
+    assert pool.checkedout() == 1  # type: ignore[attr-defined]
+    del walk
+    gc.collect()
+    # asyncio closes a collected async generator on the loop (sys.set_asyncgen_hooks).
+    for _ in range(100):
+        if pool.checkedout() == 0:  # type: ignore[attr-defined]
+            break
+        await anyio.sleep(0.01)
     assert pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
