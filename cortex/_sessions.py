@@ -272,11 +272,11 @@ async def insert_session(
     title: str,
     metadata_json: str,
     is_default: bool,
-    chosen: bool = False,
+    caller_chosen_id: bool = False,
 ) -> Session:
     """Insert a session at exactly ``scope``.
 
-    ``chosen``: the caller picked ``session_id``, so this may be a retry of
+    ``caller_chosen_id``: the caller picked ``session_id``, so this may be a retry of
     its own create whose reply was lost. If the id is taken by the session
     this call would create (same agent, exact scope, title, metadata and
     default flag), that session is returned and nothing is written. A taken
@@ -298,7 +298,7 @@ async def insert_session(
         **scope_columns(scope),
     }
     taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
-    if chosen:
+    if caller_chosen_id:
         existing = (await conn.execute(_taken_statement(), params)).first()
         if existing is not None:
             if existing["same"]:
@@ -309,7 +309,7 @@ async def insert_session(
     except asyncpg.UniqueViolationError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
-        if chosen:
+        if caller_chosen_id:
             # A concurrent create of this id committed while we inserted:
             # run again, and the check above tells a retry from a clash.
             raise RetryTransaction from exc

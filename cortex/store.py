@@ -165,7 +165,7 @@ class Store:
                 title=title,
                 metadata_json=metadata_json,
                 is_default=is_default,
-                chosen=session_id is not None,
+                caller_chosen_id=session_id is not None,
             ),
         )
 
