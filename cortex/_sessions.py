@@ -43,6 +43,7 @@ __all__ = [
     "count_sessions",
     "delete_session",
     "insert_session",
+    "lock_session_id",
     "resolve_default",
     "row_to_session",
     "select_page",
@@ -205,15 +206,18 @@ def _delete_statement(depth: int) -> sa.ClauseElement:
     return (
         sa.delete(sessions)
         .where(visible(depth), sessions.c.id == _id_param())
-        .returning(sessions.c.id)
+        .returning(sessions.c.scope)
     )
 
 
 @cache
 def _delete_markers_statement() -> sa.Delete:
+    # The session's own markers: those at its scope. A marker another scope
+    # parked for the same id waits for a session of that scope, not this one.
     return sa.delete(session_markers).where(
         session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         session_markers.c.session_id == _id_param(),
+        session_markers.c.scope == sa.bindparam("deleted_scope", type_=sa.Text()),
     )
 
 
@@ -276,6 +280,12 @@ async def insert_session(
 ) -> Session:
     """Insert a session at exactly ``scope``.
 
+    A caller-chosen id may carry an interrupt marker parked before the
+    session exists: the id's advisory lock (:func:`lock_session_id`) is taken
+    first, so a concurrent ``mark_interrupted`` either committed before the
+    INSERT's snapshot (the session starts interrupted) or waits and then
+    finds the session. Generated ids are fresh UUIDv7s no marker can name.
+
     ``caller_chosen_id``: the caller picked ``session_id``, so this may be a retry of
     its own create whose reply was lost. If the id is taken by the session
     this call would create (same agent, exact scope, title, metadata and
@@ -299,6 +309,7 @@ async def insert_session(
     }
     taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
     if caller_chosen_id:
+        await lock_session_id(conn, scope, session_id)
         existing = (await conn.execute(_taken_statement(), params)).first()
         if existing is not None:
             if existing["same"]:
@@ -359,11 +370,15 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
         NotFound: when the session is not visible.
     """
     params = {**scope_params(scope), "target_id": session_id}
-    if (await conn.execute(_delete_statement(depth_class(scope)), params)).first() is None:
+    deleted = (await conn.execute(_delete_statement(depth_class(scope)), params)).first()
+    if deleted is None:
         raise _not_found(session_id)
     # Markers have no foreign key (they may be parked before a session
-    # exists), so they go explicitly, in the same transaction.
-    await conn.execute(_delete_markers_statement(), params)
+    # exists), so they go explicitly, in the same transaction. A concurrent
+    # mark_interrupted writes its marker only under the session's row lock,
+    # which this DELETE holds: it committed before (and is deleted here) or
+    # it finds the session gone.
+    await conn.execute(_delete_markers_statement(), {**params, "deleted_scope": deleted.scope})
 
 
 async def select_page(
@@ -412,6 +427,15 @@ async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
+
+
+async def lock_session_id(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
+    """Take the transaction-scoped advisory lock on (tenant, session id).
+
+    Serialises what a row lock cannot, because the row may not exist yet: a
+    create with a caller-chosen id against markers parked for that id.
+    """
+    await conn.execute(_lock_statement(), {"lock_key": f"session {scope.tenant} {session_id}"})
 
 
 @cache

@@ -437,8 +437,18 @@ class Store:
         )
         batch = _messages.encode_batch([answer])
 
+        # The answer is checked against its schemas before the session's row
+        # lock is taken, with no transaction open: however long validation
+        # takes (bounded by cortex._schemas), it holds nothing anyone waits on.
+        schemas = await self._run(
+            scope, lambda conn: _operator.pending_schemas(conn, scope, sid, interrupt_id)
+        )
+        _operator.check_answer(response, schemas)
+
         async def body(conn: Tx) -> Message:
-            await _operator.check_resumable(conn, scope, sid, interrupt_id, response)
+            await _operator.check_resumable(
+                conn, scope, sid, interrupt_id, response, checked=schemas
+            )
             (stored,) = await _messages.append_messages(conn, scope, sid, batch)
             return stored
 
@@ -449,9 +459,16 @@ class Store:
         """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
 
         The session need not exist yet: the marker waits, and shows once a
-        session with this id is created in the current scope.
+        session with this id is created in the current scope. Concurrency:
+        whatever the interleaving, a marker set on a session that is being
+        deleted goes with it, and one set for an id being created shows on
+        the new session.
 
         Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is written).
+            Conflict: no session has this id, and another scope parked a
+                marker for it.
             InvalidInput: ``reason`` breaks a limit or the id is malformed.
         """
         scope, sid = current_scope(), _sid(session_id)
@@ -459,6 +476,11 @@ class Store:
 
     @boundary
     async def clear_interrupted(self, session_id: SessionId) -> None:
-        """Clear the interrupt marker when the turn completes; a no-op if there is none."""
+        """Clear the interrupt marker when the turn completes; a no-op if there is none.
+
+        Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is changed).
+        """
         scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))

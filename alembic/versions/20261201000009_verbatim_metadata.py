@@ -1,7 +1,7 @@
 """Host-owned metadata stored verbatim: ``metadata_json`` (json) beside the jsonb column.
 
 Revision ID: 20261201000009
-Revises: 20261015000007
+Revises: 20261201000008
 Create Date: 2026-12-01
 
 Why it exists: jsonb normalises what it stores. ``1e16`` came back as an
@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import JSON
 from alembic import op
 
 revision: str = "20261201000009"
-down_revision: str | Sequence[str] | None = "20261015000007"
+down_revision: str | Sequence[str] | None = "20261201000008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
