@@ -26,7 +26,7 @@ __all__ = [
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261201000008"
+SCHEMA_REVISION: Final = "20261201000009"
 
 
 def normalise_url(url: str | URL) -> URL:

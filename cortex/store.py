@@ -1,7 +1,9 @@
 """``connect()`` and :class:`Store`: the public façade, one transaction per method.
 
-Each method validates its arguments (refusing bad input before any SQL runs),
-reads the scope from the context, and runs one function of
+Each method's arguments are validated against their annotated types by
+:func:`cortex._validate.boundary` before its body runs (a refusal is
+InvalidInput naming the parameter, before any SQL); the body reads the scope
+from the context, and runs one function of
 ``cortex._sessions``/``cortex._messages`` inside
 :func:`cortex._db.run_transaction`. The store holds only the engine, so one
 instance is safe to share across concurrent tasks: each call checks out its
@@ -10,11 +12,13 @@ own connection.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from pydantic import BeforeValidator, Field
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,23 +26,32 @@ from cortex import _messages, _operator, _sessions
 from cortex._db import run_transaction
 from cortex._engine import check_schema, make_engine
 from cortex._executor import Tx
+from cortex._snapshot import read_snapshot
+from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound
-from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
+from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
-    MAX_AUTHOR_LENGTH,
-    MAX_MESSAGE_LIMIT,
-    MAX_TITLE_LENGTH,
+    MAX_JSON_BYTES,
+    AgentId,
+    Author,
+    Flag,
     FunctionResponse,
+    InterruptId,
+    JsonValue,
     ListFilter,
     Message,
+    MessageLimit,
+    Metadata,
     NewMessage,
+    Reason,
+    Seq,
     Session,
     SessionDetail,
-    check_identifier,
-    check_json,
-    check_text,
+    SessionId,
+    Title,
+    session_uuid,
 )
 from cortex.scope import Scope, current_scope
 
@@ -68,21 +81,20 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
         await engine.dispose()
 
 
-def _session_id(value: object) -> Any:
-    return parse_id(SESSION_PREFIX, value, field="session_id")
+def _sid(session_id: str, field: str = "session_id") -> uuid.UUID:
+    # Validated by the boundary, whose parse is cached: this only looks it up.
+    try:
+        return session_uuid(session_id)
+    except InvalidInput as exc:  # a Session's id is checked here, not by the boundary
+        raise InvalidInput(f"{field}: {str(exc).removeprefix('id: ')}") from None
 
 
-def _filter(flt: ListFilter | None) -> ListFilter:
-    if flt is None:
-        return ListFilter()
-    if not isinstance(flt, ListFilter):
-        raise InvalidInput(f"filter: expected a ListFilter, got {type(flt).__name__}")
-    return flt
-
-
-def _copy_filter(flt: ListFilter) -> ListFilter:
-    """Re-validate, in case the caller built the filter with model_construct."""
-    return ListFilter(**flt.model_dump())
+# Model arguments must be instances (a dict is a wrong type); each is validated
+# again all the same (see cortex.models._Model, revalidate_instances).
+Filter = Annotated[ListFilter | None, BeforeValidator(instance_of(ListFilter, none=True))]
+AMessage = Annotated[NewMessage, BeforeValidator(instance_of(NewMessage))]
+ASession = Annotated[Session, BeforeValidator(instance_of(Session))]
+Messages = Annotated[Sequence[AMessage], Field(min_length=1, max_length=MAX_APPEND_BATCH)]
 
 
 class Store:
@@ -113,14 +125,15 @@ class Store:
 
     # --- sessions -------------------------------------------------------------
 
+    @boundary
     async def create_session(
         self,
-        agent_id: str,
+        agent_id: AgentId,
         *,
-        title: str = "",
-        metadata: dict[str, Any] | None = None,
-        is_default: bool = False,
-        session_id: str | None = None,
+        title: Title = "",
+        metadata: Metadata | None = None,
+        is_default: Flag = False,
+        session_id: SessionId | None = None,
     ) -> Session:
         """Create a session at exactly the current scope.
 
@@ -129,20 +142,19 @@ class Store:
             title: up to 1,000 characters.
             metadata: a JSON object of at most 64 KiB, stored verbatim.
             is_default: make it the default of (agent, scope); refused if one exists.
-            session_id: a caller-chosen ``ses_…`` id, for idempotent retries.
+            session_id: a caller-chosen ``ses_…`` id. Retrying a create whose
+                reply was lost is safe: if the id holds the session this call
+                would create (same agent, exact scope, title, metadata and
+                default flag), that session is returned.
 
         Raises:
             InvalidInput: a limit is broken; nothing is written.
-            Conflict: the id is taken in this tenant, or a default already exists.
+            Conflict: the id is taken in this tenant by another session (the
+                error says only that), or a default already exists.
         """
         scope = current_scope()
-        check_identifier(agent_id, "agent_id")
-        check_text(title, "title", MAX_TITLE_LENGTH)
-        meta = {} if metadata is None else metadata
-        if not isinstance(meta, dict):
-            raise InvalidInput("metadata: expected a JSON object")
-        metadata_json = check_json(meta, "metadata")
-        sid = new_uuid() if session_id is None else _session_id(session_id)
+        metadata_json = encode_json(metadata or {}, MAX_JSON_BYTES)
+        sid = new_uuid() if session_id is None else _sid(session_id)
         return await self._run(
             scope,
             lambda conn: _sessions.insert_session(
@@ -152,61 +164,62 @@ class Store:
                 agent_id=agent_id,
                 title=title,
                 metadata_json=metadata_json,
-                is_default=bool(is_default),
+                is_default=is_default,
                 caller_chosen_id=session_id is not None,
             ),
         )
 
-    async def get_session(self, session_id: str) -> Session:
+    @boundary
+    async def get_session(self, session_id: SessionId) -> Session:
         """The session, if visible from the current scope.
 
         Raises:
             NotFound: missing, or outside the current scope.
             InvalidInput: a malformed id.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
 
-    async def update_session(self, session: Session) -> Session:
+    @boundary
+    async def update_session(self, session: ASession) -> Session:
         """Write ``session.title`` and ``session.metadata``; every other field is ignored.
 
         Counters, scope, ``is_default`` and ``backfilled_by`` cannot change
-        through this call. ``updated_at`` moves.
+        through this call. ``updated_at`` moves. Any session this store
+        returned can be written back unchanged: its metadata decodes to the
+        value that was stored and serialises to the same text.
 
         Raises:
             NotFound: the session is not visible.
             InvalidInput: a limit is broken; nothing is written.
         """
-        if not isinstance(session, Session):
-            raise InvalidInput(f"session: expected a Session, got {type(session).__name__}")
-        scope, sid = current_scope(), _session_id(session.id)
-        title = check_text(session.title, "title", MAX_TITLE_LENGTH)
-        if not isinstance(session.metadata, dict):
-            raise InvalidInput("metadata: expected a JSON object")
-        metadata_json = check_json(session.metadata, "metadata")
+        scope, sid = current_scope(), _sid(session.id, "session.id")
+        metadata_json = encode_json(session.metadata, MAX_JSON_BYTES)
         return await self._run(
             scope,
             lambda conn: _sessions.update_session(
-                conn, scope, sid, title=title, metadata_json=metadata_json
+                conn, scope, sid, title=session.title, metadata_json=metadata_json
             ),
         )
 
-    async def delete_session(self, session_id: str) -> None:
+    @boundary
+    async def delete_session(self, session_id: SessionId) -> None:
         """Delete a visible session with its messages.
 
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _sessions.delete_session(conn, scope, sid))
 
-    async def list_sessions(self, filter: ListFilter | None = None) -> list[Session]:
+    @boundary
+    async def list_sessions(self, filter: Filter = None) -> list[Session]:
         """One page of visible sessions, newest activity first (then id).
 
         Raises:
             InvalidInput: the filter breaks a limit.
         """
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope,
             lambda conn: _sessions.select_page(
@@ -215,44 +228,69 @@ class Store:
             flt=flt,
         )
 
-    async def count_sessions(self, filter: ListFilter | None = None) -> int:
+    @boundary
+    async def count_sessions(self, filter: Filter = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope, lambda conn: _sessions.count_sessions(conn, scope, flt), flt=flt
         )
 
-    async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:
-        """Every matching session in list order, fetched page by page.
+    @boundary
+    def iter_sessions(self, filter: Filter = None) -> AsyncGenerator[Session, None]:
+        """Every session that matched when the walk began, each exactly once, in list order.
 
-        Pages follow a keyset cursor on (updated_at, id), so each page costs
-        the same however deep the iteration goes. ``limit`` is the page size.
-        Each page is its own short transaction: a session that gets a message
-        while the iteration runs moves to the top and is not seen again.
+        The walk reads every page in one ``REPEATABLE READ READ ONLY``
+        transaction, so all pages see the same snapshot: sessions that get
+        messages, are updated or are deleted during the walk are still
+        yielded once, where they stood when it began (with the values they
+        had then); sessions created during the walk are not yielded. Pages
+        follow a keyset cursor on (updated_at, id), one index scan each, so
+        a page costs the same however deep the walk goes; ``limit`` is the
+        page size.
+
+        The walk holds one pooled connection and one open (read-only)
+        transaction from the first page until it is exhausted, closed
+        (``aclose()``, ``break`` out of ``async for`` in an
+        ``aclosing()`` block) or garbage collected. A slow consumer keeps
+        that transaction open: it holds back vacuum's horizon, and a
+        server-side ``idle_in_transaction_session_timeout`` ends the walk
+        with DatabaseUnavailable.
 
         Raises:
-            InvalidInput: ``offset`` is not 0, or the filter breaks a limit.
+            InvalidInput: ``offset`` is not 0, or the filter breaks a limit
+                (raised by this call, before iteration).
         """
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        flt = filter or ListFilter()
         if flt.offset:
             raise InvalidInput("offset: iter_sessions pages with a cursor; offset must be 0")
-        after: tuple[Any, Any] | None = None
-        while True:
-            batch = await self._run(
-                scope,
-                partial(
-                    _sessions.select_page, scope=scope, flt=flt, limit=flt.page_size, after=after
-                ),
-                flt=flt,
-            )
-            for session in batch:
-                yield session
-            if len(batch) < flt.page_size:
-                return
-            last = batch[-1]
-            after = (last.updated_at, _session_id(last.id))
+        return self._walk(flt)
 
-    async def resolve_session(self, agent_id: str, session_id: str | None = None) -> Session:
+    async def _walk(self, flt: ListFilter) -> AsyncGenerator[Session, None]:
+        scope = current_scope()
+        after: tuple[Any, Any] | None = None
+        async with read_snapshot(self._engine, scope, custom_plans=bool(flt.search)) as snap:
+            while True:
+                batch = await snap.run(
+                    partial(
+                        _sessions.select_page,
+                        scope=scope,
+                        flt=flt,
+                        limit=flt.page_size,
+                        after=after,
+                    )
+                )
+                for session in batch:
+                    yield session
+                if len(batch) < flt.page_size:
+                    return
+                last = batch[-1]
+                after = (last.updated_at, _sid(last.id))
+
+    @boundary
+    async def resolve_session(
+        self, agent_id: AgentId, session_id: SessionId | None = None
+    ) -> Session:
         """The session a run of ``agent_id`` uses.
 
         With ``session_id``: that session, which must be visible and belong to
@@ -263,18 +301,18 @@ class Store:
             NotFound: the named session is not visible or belongs to another agent.
         """
         scope = current_scope()
-        check_identifier(agent_id, "agent_id")
         if session_id is None:
             return await self._run(
                 scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id)
             )
-        sid = _session_id(session_id)
+        sid = _sid(session_id)
         session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
         if session.agent_id != agent_id:
             raise NotFound(f"session {session_id} not found")
         return session
 
-    async def set_default_session(self, session_id: str) -> Session:
+    @boundary
+    async def set_default_session(self, session_id: SessionId) -> Session:
         """Make the session the default of its (agent, scope), atomically.
 
         The previous default is demoted in the same transaction: at no moment
@@ -283,60 +321,59 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _sessions.set_default(conn, scope, sid))
 
     # --- messages -------------------------------------------------------------
 
-    async def append_messages(
-        self, session_id: str, messages: Sequence[NewMessage]
-    ) -> list[Message]:
+    @boundary
+    async def append_messages(self, session_id: SessionId, messages: Messages) -> list[Message]:
         """Append messages in one transaction: all rows or none.
 
         ``message_count`` rises by their number, ``last_message`` becomes a
         preview of the last one, ``updated_at`` moves. Concurrent appends to one
         session get distinct, gap-free ``seq``s; the count always equals the rows.
 
+        Safe retries: give every message an id (``NewMessage(..., id="msg_…")``,
+        e.g. ``cortex.ids.format_id("msg", cortex.ids.new_uuid())``) and retry
+        the same batch after an ambiguous failure (DatabaseUnavailable,
+        OperationTimeout, a cancellation): if the first attempt committed,
+        the retry returns the stored messages and writes nothing.
+
         Raises:
             NotFound: the session is not visible.
-            InvalidInput: no messages, more than 1,000, or a limit is broken.
+            InvalidInput: no messages, more than 1,000, more than
+                MAX_APPEND_BYTES (64 MiB) in all, one id twice, or a limit is broken.
+            Conflict: a message id is stored already, in another session or
+                with other content, or only part of the batch is stored.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        batch = list(messages)
-        if not 1 <= len(batch) <= MAX_APPEND_BATCH:
-            raise InvalidInput(f"messages: 1 to {MAX_APPEND_BATCH} per call, got {len(batch)}")
-        for message in batch:
-            if not isinstance(message, NewMessage):
-                raise InvalidInput(f"messages: expected NewMessage, got {type(message).__name__}")
-        # Re-validate: a model built with model_construct skipped its checks.
-        batch = [NewMessage(**m.model_dump()) for m in batch]
+        scope, sid = current_scope(), _sid(session_id)
+        batch = _messages.encode_batch(list(messages))
         return await self._run(
             scope, lambda conn: _messages.append_messages(conn, scope, sid, batch)
         )
 
-    async def append_message(self, session_id: str, message: NewMessage) -> Message:
+    @boundary
+    async def append_message(self, session_id: SessionId, message: AMessage) -> Message:
         """Append one message; see :meth:`append_messages`."""
         (stored,) = await self.append_messages(session_id, [message])
         return stored
 
+    @boundary
     async def list_messages(
-        self, session_id: str, *, after_seq: int = 0, limit: int = DEFAULT_MESSAGE_LIMIT
+        self,
+        session_id: SessionId,
+        *,
+        after_seq: Seq = 0,
+        limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
     ) -> list[Message]:
         """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000).
 
         Raises:
             NotFound: the session is not visible.
-            InvalidInput: ``after_seq`` < 0 or ``limit`` out of range.
+            InvalidInput: ``after_seq`` outside 0 to 2**31 - 1, or ``limit`` out of range.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
-            raise InvalidInput("after_seq: must be an integer, 0 or more")
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_MESSAGE_LIMIT
-        ):
-            raise InvalidInput(f"limit: must be 1 to {MAX_MESSAGE_LIMIT}")
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(
             scope,
             lambda conn: _messages.list_messages(
@@ -346,7 +383,8 @@ class Store:
 
     # --- operator surface -------------------------------------------------------
 
-    async def inspect_session(self, session_id: str) -> SessionDetail:
+    @boundary
+    async def inspect_session(self, session_id: SessionId) -> SessionDetail:
         """The session with its state, every pending input and the marker reasons.
 
         An aborted session reports no pending inputs.
@@ -354,10 +392,11 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _operator.inspect(conn, scope, sid))
 
-    async def abort_session(self, session_id: str, reason: str) -> Session:
+    @boundary
+    async def abort_session(self, session_id: SessionId, reason: Reason) -> Session:
         """Write a durable abort marker (not preemption); pending inputs are cleared.
 
         Raises:
@@ -365,12 +404,17 @@ class Store:
             AlreadyAborted: it was aborted before.
             InvalidInput: ``reason`` breaks a limit.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _operator.abort(conn, scope, sid, reason))
 
+    @boundary
     async def resume(
-        self, session_id: str, interrupt_id: str, response: Any, *, author: str = ""
+        self,
+        session_id: SessionId,
+        interrupt_id: InterruptId,
+        response: JsonValue,
+        *,
+        author: Author = "",
     ) -> Message:
         """Answer a pending input: append a function response, checked in one transaction.
 
@@ -385,15 +429,13 @@ class Store:
             InvalidInput: ``response`` fails the response schema (naming the
                 failing path) or breaks a limit.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_identifier(interrupt_id, "interrupt_id")
-        check_text(author, "author", MAX_AUTHOR_LENGTH)
-        check_json(response, "response")
+        scope, sid = current_scope(), _sid(session_id)
         answer = NewMessage(
             "user",
             author=author,
             function_response=FunctionResponse(id=interrupt_id, response=response),
         )
+        batch = _messages.encode_batch([answer])
 
         # The answer is checked against its schemas before the session's row
         # lock is taken, with no transaction open: however long validation
@@ -407,12 +449,13 @@ class Store:
             await _operator.check_resumable(
                 conn, scope, sid, interrupt_id, response, checked=schemas
             )
-            (stored,) = await _messages.append_messages(conn, scope, sid, [answer])
+            (stored,) = await _messages.append_messages(conn, scope, sid, batch)
             return stored
 
         return await self._run(scope, body)
 
-    async def mark_interrupted(self, session_id: str, reason: str) -> None:
+    @boundary
+    async def mark_interrupted(self, session_id: SessionId, reason: Reason) -> None:
         """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
 
         The session need not exist yet: the marker waits, and shows once a
@@ -428,16 +471,16 @@ class Store:
                 marker for it.
             InvalidInput: ``reason`` breaks a limit or the id is malformed.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _operator.mark_interrupted(conn, scope, sid, reason))
 
-    async def clear_interrupted(self, session_id: str) -> None:
+    @boundary
+    async def clear_interrupted(self, session_id: SessionId) -> None:
         """Clear the interrupt marker when the turn completes; a no-op if there is none.
 
         Raises:
             NotFound: a session with this id exists, but not in this scope or
                 beneath it (nothing is changed).
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))
