@@ -310,7 +310,8 @@ async def insert_session(
     taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
     if caller_chosen_id:
         await lock_session_id(conn, scope, session_id)
-        existing = (await conn.execute(_taken_statement(), params)).first()
+        lookup = {k: v for k, v in params.items() if k not in ("new_scope_depth", "new_scope_l2")}
+        existing = (await conn.execute(_taken_statement(), lookup)).first()
         if existing is not None:
             if existing["same"]:
                 return row_to_session(existing)
