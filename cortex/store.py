@@ -22,6 +22,7 @@ from cortex import _messages, _operator, _sessions
 from cortex._db import run_transaction
 from cortex._engine import check_schema, make_engine
 from cortex._executor import Tx
+from cortex._messages import SessionHistory
 from cortex.errors import InvalidInput, NotFound
 from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
 from cortex.models import (
@@ -78,6 +79,11 @@ def _filter(flt: ListFilter | None) -> ListFilter:
     if not isinstance(flt, ListFilter):
         raise InvalidInput(f"filter: expected a ListFilter, got {type(flt).__name__}")
     return flt
+
+
+def _check_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_MESSAGE_LIMIT:
+        raise InvalidInput(f"limit: must be 1 to {MAX_MESSAGE_LIMIT}")
 
 
 def _copy_filter(flt: ListFilter) -> ListFilter:
@@ -341,6 +347,60 @@ class Store:
             lambda conn: _messages.list_messages(
                 conn, scope, sid, after_seq=after_seq, limit=limit
             ),
+        )
+
+    async def recent_messages(
+        self,
+        session_id: str,
+        *,
+        limit: int = DEFAULT_MESSAGE_LIMIT,
+        before_seq: int | None = None,
+    ) -> list[Message]:
+        """The newest ``limit`` messages (1-1000), oldest first: an agent's context window.
+
+        With ``before_seq``, the newest ``limit`` messages older than that
+        position, so ``before_seq=page[0].seq`` pages backwards until an empty
+        page. Each page is one index scan of ``limit`` rows, whatever the
+        conversation's length.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range, or ``before_seq`` not 1 to 2**31-1.
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        _check_limit(limit)
+        if before_seq is None:
+            before_seq = _messages.SEQ_END
+        elif (
+            isinstance(before_seq, bool)
+            or not isinstance(before_seq, int)
+            or not 1 <= before_seq <= _messages.SEQ_END
+        ):
+            raise InvalidInput(f"before_seq: must be an integer, 1 to {_messages.SEQ_END}")
+        bound = before_seq
+        return await self._run(
+            scope,
+            lambda conn: _messages.recent_messages(conn, scope, sid, before_seq=bound, limit=limit),
+        )
+
+    async def get_session_with_messages(
+        self, session_id: str, *, limit: int = DEFAULT_MESSAGE_LIMIT
+    ) -> SessionHistory:
+        """The session and its newest ``limit`` messages (oldest first), in one read.
+
+        Both come from one snapshot: ``session.message_count`` equals the
+        ``seq`` of the last message returned, even while appends commit.
+        Unpack it as ``session, messages = await store.get_session_with_messages(id)``.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range (1-1000).
+        """
+        scope, sid = current_scope(), _session_id(session_id)
+        _check_limit(limit)
+        return await self._run(
+            scope,
+            lambda conn: _messages.select_session_with_messages(conn, scope, sid, limit=limit),
         )
 
     # --- operator surface -------------------------------------------------------
