@@ -107,10 +107,16 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"\n  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}, "
             f"by {p.author or '-'}): {p.message or '-'}",
         )
-        schema = _indented_json(p.response_schema) if p.response_schema else "-"
-        say(out, f"    response schema: {schema}")
-        if p.payload is not None:
-            say(out, f"    payload: {_indented_json(p.payload)}")
+        shown: tuple[tuple[str, Any], ...] = (
+            ("response schema", p.response_schema),
+            ("payload", p.payload),
+        )
+        for name, data in shown:
+            if data is None:
+                continue
+            # The JSON on its own lines, indented beneath its label.
+            body = textwrap.indent(json.dumps(data, indent=2, ensure_ascii=False), " " * 6)
+            say(out, f"    {name}:\n{body}")
     return EXIT_OK
 
 
