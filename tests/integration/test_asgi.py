@@ -139,3 +139,34 @@ async def test_the_example_app(database: Database, tenant: str) -> None:
             history = await client.get(f"{url}?last=1", headers=headers)
             assert [m["content"] for m in history.json()["messages"]] == ["Still there?"]
             assert (await client.get(url)).status_code == 401
+
+
+async def test_scope_from_a_token_claim_with_an_async_callable(
+    store: cortex.Store, tenant: str
+) -> None:
+    """A host callable may be async (e.g. fetching signing keys) and read a claim."""
+    import base64
+    import json
+    from collections.abc import Mapping
+    from typing import Any
+
+    from cortex.asgi import header
+
+    async def claim(request: Mapping[str, Any]) -> str | None:
+        auth = header(request, "authorization")
+        if auth is None or not auth.startswith("Bearer "):
+            return None
+        # Stands in for a verified JWT: the host's library checks the signature.
+        claims = json.loads(base64.urlsafe_b64decode(auth.removeprefix("Bearer ")))
+        scope: str = claims["tenant_scope"]
+        return scope
+
+    app = FastAPI()
+    app.add_middleware(ScopeMiddleware, scope_from=claim)
+    install_error_handlers(app)
+    _routes(app, store)
+    token = base64.urlsafe_b64encode(json.dumps({"tenant_scope": f"{tenant}/u9"}).encode())
+    async for client in _client(app):
+        ok = await client.get("/sync/scope", headers={"authorization": f"Bearer {token.decode()}"})
+        assert ok.json() == {"scope": f"{tenant}/u9"}
+        assert (await client.get("/sync/scope")).status_code == 401
