@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import anyio
 import asyncpg
@@ -24,29 +22,13 @@ from cortex import (
 from cortex._db import MAX_ATTEMPTS, run_transaction
 from cortex._executor import Tx
 from tests.conftest import Database, admin, with_database
+from tests.faults import row_locked, stored_counts, wait_until_no_backends
 from tests.figures import record
 
 pytestmark = pytest.mark.anyio
 
 
-@asynccontextmanager
-async def row_locked(owner_conn: asyncpg.Connection, tenant: str) -> AsyncIterator[None]:
-    """Hold the tenant's session rows locked, so an append blocks on them."""
-    tx = owner_conn.transaction()
-    await tx.start()
-    await owner_conn.execute("SELECT 1 FROM sessions WHERE tenant_id = $1 FOR UPDATE", tenant)
-    try:
-        yield
-    finally:
-        await tx.rollback()
-
-
-async def _state(owner_conn: asyncpg.Connection, tenant: str) -> tuple[int, int]:
-    count = await owner_conn.fetchval(
-        "SELECT coalesce(sum(message_count), 0) FROM sessions WHERE tenant_id = $1", tenant
-    )
-    rows = await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant)
-    return int(count), int(rows)
+_state = stored_counts
 
 
 async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int = 5) -> None:
@@ -311,23 +293,74 @@ async def test_backends_killed_during_concurrent_appends(
     assert gaps == 0
 
 
+async def _fill_pool(store: cortex.Store, size: int) -> None:
+    """Open ``size`` pooled connections at once, then leave them idle in the pool."""
+    conns = [await store.engine.connect() for _ in range(size)]
+    for conn in conns:
+        await conn.get_raw_connection()
+    for conn in conns:
+        await conn.close()
+
+
+@pytest.mark.parametrize("pool_size", [1, 2, 5, 8])
+@pytest.mark.parametrize("reaper", ["terminate", "idle_session_timeout"])
 @pytest.mark.parametrize("pre_ping", [True, False])
 async def test_idle_connections_reaped_by_the_server(
-    database: Database, tenant: str, owner_conn: asyncpg.Connection, pre_ping: bool
+    database: Database,
+    tenant: str,
+    owner_conn: asyncpg.Connection,
+    pre_ping: bool,
+    reaper: str,
+    pool_size: int,
 ) -> None:
-    # What a managed PostgreSQL does to connections idle through a long agent turn.
-    async with cortex.connect(database.app_url, pool_size=2, pool_pre_ping=pre_ping) as store:
+    # What a managed PostgreSQL does to connections idle through a long agent
+    # turn: every pooled connection is gone, and the pool (FIFO) hands out
+    # the dead ones one after another.
+    settings = {"idle_session_timeout": "300"} if reaper == "idle_session_timeout" else {}
+    async with cortex.connect(
+        database.app_url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=pre_ping,
+        connect_args={"server_settings": settings},
+    ) as store:
         with use_scope(tenant):
             s = await store.create_session("bot")
-        await owner_conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
-            database.app_role,
-        )
-        await anyio.sleep(0.1)
+        await _fill_pool(store, pool_size)
+        if reaper == "terminate":
+            await owner_conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                database.app_role,
+            )
+        await wait_until_no_backends(owner_conn, database.app_role)
         with use_scope(tenant):
-            # With the ping, the pool replaces the dead connection at checkout;
-            # without it, cortex sees BEGIN fail (nothing written yet) and runs
-            # the call again on a fresh connection. Either way: no error.
+            # With the ping, the pool replaces each dead connection at
+            # checkout; without it, cortex sees BEGIN fail (nothing written
+            # yet) and runs the call again on the next connection, until a
+            # new one. Either way: no error.
             await store.append_message(s.id, NewMessage("user", "after the reaping"))
             assert (await store.get_session(s.id)).message_count == 1
             record("faults: idle pooled connections reaped by the server")
+
+
+async def test_reaped_pool_and_no_new_connection_is_a_clear_error(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    # Replacing dead pooled connections ends where a new connection fails.
+    async with cortex.connect(database.app_url, pool_size=5, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        await _fill_pool(store, 5)
+        await owner_conn.execute(f'ALTER ROLE "{database.app_role}" NOLOGIN')
+        try:
+            await owner_conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                database.app_role,
+            )
+            await wait_until_no_backends(owner_conn, database.app_role)
+            with use_scope(tenant), pytest.raises(DatabaseUnavailable, match="login"):
+                await store.get_session(s.id)
+        finally:
+            await owner_conn.execute(f'ALTER ROLE "{database.app_role}" LOGIN')
+        with use_scope(tenant):
+            assert (await store.get_session(s.id)).message_count == 0
