@@ -54,8 +54,14 @@ async def watch_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
 Call = Callable[[], Awaitable[Any]]
 
 
-async def _double_cancel(mode: str, call: Call, blocked: Callable[[], Awaitable[None]]) -> Any:
-    """Start ``call``, wait for ``blocked``, cancel it twice as ``mode`` says; the task."""
+async def _double_cancel(
+    how: str, call: Call, blocked: Callable[[], Awaitable[None]]
+) -> asyncio.Task[None]:
+    """Start ``call`` in a task, wait for ``blocked``, cancel the task twice as ``how`` says.
+
+    The second cancel follows the first by :data:`_GAP`; the task is returned
+    unawaited.
+    """
     loop = asyncio.get_running_loop()
     holder: dict[str, Any] = {}
 
@@ -83,19 +89,29 @@ async def _double_cancel(mode: str, call: Call, blocked: Callable[[], Awaitable[
         "timeout-then-cancel": with_timeout,
         "taskgroup-teardown": in_taskgroup,
         "anyio-scope-then-cancel": in_anyio_scope,
-    }[mode]
+    }[how]
     task = asyncio.create_task(runner())
     await blocked()
-    if mode in ("timeout-then-cancel", "taskgroup-teardown"):
+    if how in ("timeout-then-cancel", "taskgroup-teardown"):
         holder["timeout"].reschedule(loop.time())  # fires on the next loop iteration
         await asyncio.sleep(0)
-    elif mode == "anyio-scope-then-cancel":
+    elif how == "anyio-scope-then-cancel":
         holder["scope"].cancel()
     else:
         task.cancel()
     await asyncio.sleep(_GAP)
     task.cancel()
     return task
+
+
+async def _victim_and_bystander(
+    store: cortex.Store, tenant: str, other_tenant: str
+) -> tuple[str, str]:
+    with use_scope(tenant):
+        victim = await store.create_session("bot")
+    with use_scope(other_tenant):
+        bystander = await store.create_session("bot")
+    return victim.id, bystander.id
 
 
 MODES = [
@@ -116,14 +132,11 @@ async def test_a_cancelled_append_is_never_committed_by_the_next_call(
     how: str,
 ) -> None:
     async with cortex.connect(database.app_url, pool_size=1, max_overflow=0) as store:
-        with use_scope(tenant):
-            victim = await store.create_session("bot")
-        with use_scope(other_tenant):
-            bystander = await store.create_session("bot")
+        victim_id, bystander_id = await _victim_and_bystander(store, tenant, other_tenant)
 
         async def cancelled_append() -> None:
             with use_scope(tenant):
-                await store.append_message(victim.id, NewMessage("user", "cancelled"))
+                await store.append_message(victim_id, NewMessage("user", "cancelled"))
 
         for _ in range(5):
             async with row_locked(owner_conn, tenant):
@@ -138,21 +151,11 @@ async def test_a_cancelled_append_is_never_committed_by_the_next_call(
                 await task
             # Same pooled connection (pool_size=1), another tenant.
             with use_scope(other_tenant):
-                await store.append_message(bystander.id, NewMessage("user", "unrelated"))
+                await store.append_message(bystander_id, NewMessage("user", "unrelated"))
             record("cancellation: double cancels during a blocked append")
         assert await stored_counts(owner_conn, tenant) == (0, 0)
         assert await stored_counts(owner_conn, other_tenant) == (5, 5)
         assert await stuck_in_transaction(watch_conn, database.app_role) == 0
-
-
-async def _victim_and_bystander(
-    store: cortex.Store, tenant: str, other_tenant: str
-) -> tuple[str, str]:
-    with use_scope(tenant):
-        victim = await store.create_session("bot")
-    with use_scope(other_tenant):
-        bystander = await store.create_session("bot")
-    return victim.id, bystander.id
 
 
 STORM_FLAVOURS = ["asyncio", "anyio", "mixed"]
@@ -240,8 +243,17 @@ async def test_double_cancel_storm(
     record(f"cancellation storm ({flavour}): calls failed (any tenant)", len(failures))
     stuck = await stuck_in_transaction(watch_conn, database.app_role)
     record(f"cancellation storm ({flavour}): connections left in a transaction", stuck)
+    # A victim row committed by a bystander's transaction shares its xmin.
+    shared = await owner_conn.fetchval(
+        "SELECT count(*) FROM messages v JOIN messages b ON v.xmin = b.xmin "
+        "WHERE v.tenant_id = $1 AND b.tenant_id = $2",
+        tenant,
+        other_tenant,
+    )
+    record(f"cancellation storm ({flavour}): cancelled writes committed by another call", shared)
     assert failures == []
     assert stuck == 0
+    assert shared == 0
     assert cancelled, "no call was cancelled: the storm injected nothing"
     for who in (tenant, other_tenant):
         count, rows = await stored_counts(owner_conn, who)
@@ -251,15 +263,6 @@ async def test_double_cancel_storm(
         for r in await owner_conn.fetch("SELECT content FROM messages WHERE tenant_id = $1", tenant)
     }
     assert set(acked) <= stored
-    # A victim row committed by a bystander's transaction shares its xmin.
-    shared = await owner_conn.fetchval(
-        "SELECT count(*) FROM messages v JOIN messages b ON v.xmin = b.xmin "
-        "WHERE v.tenant_id = $1 AND b.tenant_id = $2",
-        tenant,
-        other_tenant,
-    )
-    record(f"cancellation storm ({flavour}): cancelled writes committed by another call", shared)
-    assert shared == 0
 
 
 @pytest.mark.parametrize("how", ["anyio", "asyncio"])
