@@ -24,8 +24,10 @@ import asyncpg
 import pytest
 
 import cortex
-from cortex import NewMessage, use_scope
+from cortex import NewMessage, Scope, use_scope
+from cortex._db import run_transaction
 from cortex._engine import driver_dsn
+from cortex._executor import Tx
 from tests.conftest import Database
 from tests.faults import row_locked, stored_counts, stuck_in_transaction, wait_for_lock_waiter
 from tests.figures import record
@@ -357,3 +359,43 @@ async def test_cancelled_while_connecting_leaves_nothing_half_open(
                 break
             await anyio.sleep(0.01)
         assert backends <= 1
+
+
+async def test_cancels_during_commit_let_the_commit_finish(
+    database: Database, tenant: str, watch_conn: asyncpg.Connection
+) -> None:
+    # A deferred constraint trigger that sleeps makes COMMIT slow enough to
+    # cancel the caller twice while it is in flight. The trigger, its
+    # function and the table are temporary: they live on the one pooled
+    # connection (pool_size=1), which the second call reads back.
+    async def slow_commit(tx: Tx) -> None:
+        await tx.driver.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS committed (x int);"
+            "CREATE OR REPLACE FUNCTION pg_temp.slow() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;"
+            "CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON committed "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pg_temp.slow();"
+            "INSERT INTO committed VALUES (1)"
+        )
+
+    async def read_back(tx: Tx) -> int:
+        return int(await tx.driver.fetchval("SELECT count(*) FROM committed"))
+
+    async with cortex.connect(database.app_url, pool_size=1, max_overflow=0) as store:
+        task = asyncio.create_task(run_transaction(store.engine, Scope(tenant), slow_commit))
+        for _ in range(5000):  # until COMMIT runs the trigger
+            if await watch_conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event = 'PgSleep'",
+                database.app_role,
+            ):
+                break
+            await asyncio.sleep(0.002)
+        task.cancel()
+        await asyncio.sleep(_GAP)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Committed, on a connection that went back to the pool clean.
+        assert await run_transaction(store.engine, Scope(tenant), read_back) == 1
+        assert await stuck_in_transaction(watch_conn, database.app_role) == 0
+        record("cancellation: double cancels during COMMIT")
