@@ -267,20 +267,17 @@ async def _run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
     task.add_done_callback(_BACKGROUND.discard)
     cancelled: CancelledError | None = None
     with anyio.CancelScope(shield=True):
-        while True:
+        while not task.done():
             try:
-                await asyncio.shield(task)
+                # Unlike awaiting the task, wait() never cancels it.
+                await asyncio.wait((task,))
             except CancelledError as exc:
-                if task.done():  # the cleanup itself was cancelled: loop shutdown
-                    raise
-                cancelled = exc
-                continue
-            except Exception:
-                if cancelled is None:
-                    raise
-            break
+                cancelled = exc  # the caller's: keep waiting, deliver it afterwards
     if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # read it, so asyncio does not log it: the cancellation wins
         raise cancelled
+    task.result()  # the cleanup's own error, if any
 
 
 async def _commit(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
