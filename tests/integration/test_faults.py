@@ -28,9 +28,6 @@ from tests.figures import record
 pytestmark = pytest.mark.anyio
 
 
-_state = stored_counts
-
-
 async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int = 5) -> None:
     with use_scope(tenant):
         for _ in range(times):
@@ -80,7 +77,7 @@ async def test_pool_exhaustion_is_a_clear_error(
                 with pytest.raises(DatabaseUnavailable, match="pool"):
                     await store.get_session(s.id)
                 record("faults: pool exhaustion")
-        assert await _state(owner_conn, tenant) == (1, 1)
+        assert await stored_counts(owner_conn, tenant) == (1, 1)
         await _healthy(store, tenant, s.id)
 
 
@@ -96,9 +93,9 @@ async def test_statement_timeout(
                 with pytest.raises(OperationTimeout):
                     await store.append_message(s.id, NewMessage("user", "late"))
                 record("faults: statement timeouts")
-        assert await _state(owner_conn, tenant) == (0, 0)
+        assert await stored_counts(owner_conn, tenant) == (0, 0)
         await _healthy(store, tenant, s.id)
-        assert await _state(owner_conn, tenant) == (5, 5)
+        assert await stored_counts(owner_conn, tenant) == (5, 5)
 
 
 async def test_backend_killed_mid_transaction(
@@ -132,7 +129,7 @@ async def test_backend_killed_mid_transaction(
             assert len(failures) == 1
             assert isinstance(failures[0], DatabaseUnavailable)
             assert not isinstance(failures[0].__cause__, cortex.CortexError)
-        assert await _state(owner_conn, tenant) == (0, 0)
+        assert await stored_counts(owner_conn, tenant) == (0, 0)
         await _healthy(store, tenant, s.id, times=10)
 
 
@@ -147,13 +144,13 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
                     with anyio.move_on_after(0.1 + delay) as scope:
                         await store.append_message(s.id, NewMessage("user", "cancelled"))
                     assert scope.cancelled_caught
-            assert await _state(owner_conn, tenant) == (0, 0)
+            assert await stored_counts(owner_conn, tenant) == (0, 0)
             # Cancel at random points of unblocked appends: each either fully lands or not at all.
             for i in range(60):
                 with anyio.move_on_after(random.uniform(0, 0.006) if i % 2 else i * 0.0002):
                     await store.append_message(s.id, NewMessage("user", "maybe"))
                 record("faults: callers cancelled at random points")
-        count, rows = await _state(owner_conn, tenant)
+        count, rows = await stored_counts(owner_conn, tenant)
         assert count == rows
         # No pooled connection sits inside an open or failed transaction.
         stuck = await owner_conn.fetchval(
@@ -163,7 +160,7 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
         )
         assert stuck == 0
         await _healthy(store, tenant, s.id, times=10)
-        assert (await _state(owner_conn, tenant))[1] == rows + 10
+        assert (await stored_counts(owner_conn, tenant))[1] == rows + 10
 
 
 async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
@@ -283,7 +280,7 @@ async def test_backends_killed_during_concurrent_appends(
     lost = [t for t in acked if t not in stored]
     record("acknowledged writes lost", len(lost))
     assert lost == []
-    count, rows = await _state(owner_conn, tenant)
+    count, rows = await stored_counts(owner_conn, tenant)
     assert count == rows
     gaps = await owner_conn.fetchval(
         "SELECT count(*) FROM (SELECT session_id FROM messages WHERE tenant_id = $1 "
