@@ -9,6 +9,7 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -17,6 +18,7 @@ from cortex._executor import Row
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
+    "CHECKOUTS",
     "CONNECT_TIMEOUT",
     "SCHEMA_REVISION",
     "check_schema",
@@ -145,10 +147,20 @@ def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
     return parsed.difference_update_query(moved), connect_args
 
 
-# Seconds asyncpg may take to open a connection (its own default is 60): a
-# checkout is shielded from cancellation, so this bounds how long a cancelled
-# caller can wait for one.
+# Seconds asyncpg may take to open a connection (its own default is 60). A
+# cancelled caller does not wait for it, but the checkout it abandoned runs on
+# (cortex._db) and holds a pool slot until the connect succeeds or times out.
 CONNECT_TIMEOUT: Final = 10
+
+# Key in a pooled connection's ``info``: how many times the pool handed that
+# DBAPI connection out. SQLAlchemy clears ``info`` whenever the pool opens a
+# new connection for the slot, so 1 means "opened for this checkout", which is
+# how the transaction runner tells a new connection from a pooled one.
+CHECKOUTS: Final = "cortex_checkouts"
+
+
+def _count_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    record.info[CHECKOUTS] = record.info.get(CHECKOUTS, 0) + 1
 
 
 def driver_dsn(url: str | URL, *, database: str | None = None, user: str | None = None) -> str:
@@ -189,7 +201,9 @@ def make_engine(
     if manual_transactions:
         pool_options["isolation_level"] = "AUTOCOMMIT"
         connect_args["record_class"] = Row
-    return create_async_engine(target, connect_args=connect_args, **pool_options)
+    engine = create_async_engine(target, connect_args=connect_args, **pool_options)
+    event.listen(engine.sync_engine, "checkout", _count_checkout)
+    return engine
 
 
 async def check_schema(engine: AsyncEngine) -> None:

@@ -15,15 +15,22 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Final, TypeVar
+from typing import TypeVar
 
-import anyio
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from cortex._db import (
+    STALE_ERRORS,
+    Finished,
+    begin_sql,
+    checkout,
+    discard_transaction,
+    release,
+    run_to_completion,
+)
 from cortex._executor import Tx
-from cortex._tables import TENANT_SETTING
-from cortex.errors import DatabaseUnavailable, translate_errors
+from cortex.errors import DatabaseUnavailable, translate, translate_errors
 from cortex.scope import Scope
 
 __all__ = ["Snapshot", "read_snapshot"]
@@ -31,10 +38,6 @@ __all__ = ["Snapshot", "read_snapshot"]
 log = logging.getLogger("cortex")
 
 T = TypeVar("T")
-
-# A pooled connection the server closed while idle fails at BEGIN; nothing
-# was read yet, so a fresh connection is tried, this many times in all.
-_CONNECT_ATTEMPTS: Final = 5
 
 
 class Snapshot:
@@ -53,83 +56,36 @@ class Snapshot:
             return await body(self._tx)
 
 
-def _begin_sql(scope: Scope, *, custom_plans: bool) -> str:
-    # The tenant is a validated scope segment ([A-Za-z0-9._:-]); quotes are
-    # doubled regardless. The setting is transaction-local, as in cortex._db.
-    tenant = scope.tenant.replace("'", "''")
-    sql = (
-        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
-        f" SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
-    )
-    if custom_plans:
-        sql += "; SET LOCAL plan_cache_mode = force_custom_plan"
-    return sql
-
-
-async def _driver(conn: AsyncConnection) -> asyncpg.Connection:
-    raw = (await conn.get_raw_connection()).driver_connection
-    if not isinstance(raw, asyncpg.Connection):
-        raise DatabaseUnavailable("the pooled connection has no live asyncpg connection")
-    return raw
-
-
 async def _open(
     engine: AsyncEngine, scope: Scope, custom_plans: bool
 ) -> tuple[AsyncConnection, asyncpg.Connection]:
-    for attempt in range(1, _CONNECT_ATTEMPTS + 1):
+    """Check out a connection and begin the snapshot on it.
+
+    The checkout, the stale-connection rule and every cleanup are the
+    transaction runner's own (cortex._db): a pooled connection the server
+    closed while idle is dropped and the next tried, until one the pool just
+    opened fails; cleanup runs to completion whatever cancels the caller, and
+    a connection returns to the pool only outside any transaction.
+    """
+    sql = begin_sql(scope, custom_plans=custom_plans, snapshot=True)
+    while True:
         with translate_errors():
-            with anyio.CancelScope(shield=True):  # see cortex._db: no half-open checkout
-                conn = await engine.connect()
-            try:
-                driver = await _driver(conn)
-                await driver.execute(_begin_sql(scope, custom_plans=custom_plans))
-            except (
-                asyncpg.PostgresConnectionError,
-                asyncpg.InterfaceError,
-                asyncpg.InternalClientError,
-                OSError,
-            ):
-                await _drop(conn)
-                if attempt == _CONNECT_ATTEMPTS:
-                    raise DatabaseUnavailable("no usable database connection") from None
-                log.debug("pooled connection was dead; opening the snapshot on a new one")
-                continue
-            except BaseException:
-                await _drop(conn)
+            conn, driver, fresh, _, _ = await checkout(engine)
+        try:
+            await driver.execute(sql)
+        except STALE_ERRORS as exc:
+            await run_to_completion(release(conn, driver, trusted=False))
+            if fresh:
+                raise (
+                    translate(exc) or DatabaseUnavailable("no usable database connection")
+                ) from exc
+            log.debug("pooled connection was dead; opening the snapshot on a new one")
+            continue
+        except BaseException as failure:
+            await run_to_completion(discard_transaction(conn, driver, failure))
+            with translate_errors():
                 raise
-            return conn, driver
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _drop(conn: AsyncConnection) -> None:
-    """Take a connection whose state is unknown out of the pool."""
-    with anyio.CancelScope(shield=True):
-        try:
-            await conn.invalidate()
-        except Exception:  # the pool drops it either way
-            log.debug("invalidate failed", exc_info=True)
-        try:
-            await conn.close()
-        except Exception:
-            log.debug("close failed", exc_info=True)
-
-
-async def _close(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
-    """End the snapshot; the connection goes back to the pool only if it is outside a transaction."""
-    with anyio.CancelScope(shield=True):
-        try:
-            if not driver.is_closed():
-                await driver.execute("ROLLBACK")  # read only: nothing to keep
-            clean = not driver.is_closed() and not driver.is_in_transaction()
-        except BaseException:  # a second cancellation, a dying socket: trust nothing
-            clean = False
-        if not clean:
-            await _drop(conn)
-            return
-        try:
-            await conn.close()
-        except Exception:
-            log.debug("close failed", exc_info=True)
+        return conn, driver
 
 
 @asynccontextmanager
@@ -149,4 +105,4 @@ async def read_snapshot(
     try:
         yield Snapshot(driver)
     finally:
-        await _close(conn, driver)
+        await run_to_completion(discard_transaction(conn, driver, Finished()))
