@@ -206,8 +206,12 @@ def make_engine(
     return engine
 
 
-async def check_schema(engine: AsyncEngine) -> None:
+async def check_schema(engine: AsyncEngine) -> bool:
     """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
+
+    Returns:
+        Whether the login role bypasses row-level security (a superuser or a
+        BYPASSRLS role): then the database's second wall protects nothing.
 
     Raises:
         SchemaMismatch: naming the revision found and the command that fixes it.
@@ -223,8 +227,15 @@ async def check_schema(engine: AsyncEngine) -> None:
                 if exists
                 else []
             )
+            bypasses = await conn.scalar(
+                sa.text(
+                    "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles"
+                    " WHERE rolname = current_user"
+                )
+            )
     if list(found) != [SCHEMA_REVISION]:
         have = ", ".join(found) or "no cortex schema"
         raise SchemaMismatch(
             f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
         )
+    return bool(bypasses)
