@@ -422,7 +422,20 @@ async def append_messages(
 
 
 @cache
-def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+def _page_statement(depth: int, *, newest_first: bool) -> sa.Select[*tuple[Any, ...]]:
+    """A page of a visible session's messages by position: one scan of its seq index.
+
+    Forward (``seq > after_seq``, oldest first) or backward (``seq <
+    before_seq``, newest first): either way a walk of ``uq_messages_session_seq
+    (tenant_id, session_id, seq)`` that stops after the page, so a page costs
+    the same however long the conversation is and however deep the page lies.
+    """
+    seq = messages.c.seq
+    bound = (
+        seq < sa.bindparam("before_seq", type_=sa.Integer())
+        if newest_first
+        else seq > sa.bindparam("after_seq", type_=sa.Integer())
+    )
     return (
         sa.select(*_MESSAGE_COLUMNS)
         .join(
@@ -436,9 +449,9 @@ def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
             visible(depth),
             sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
             messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.seq > sa.bindparam("after_seq", type_=sa.Integer()),
+            bound,
         )
-        .order_by(messages.c.seq)
+        .order_by(seq.desc() if newest_first else seq)
         .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
 
@@ -457,7 +470,9 @@ async def list_messages(
         "after_seq": after_seq,
         "limit": limit,
     }
-    rows = (await conn.execute(_list_statement(depth_class(scope)), params)).all()
+    rows = (
+        await conn.execute(_page_statement(depth_class(scope), newest_first=False), params)
+    ).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)
@@ -476,34 +491,6 @@ class SessionHistory(NamedTuple):
 
     session: Session
     messages: list[Message]
-
-
-@cache
-def _recent_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
-    """The newest ``limit`` messages with ``seq < before_seq``, newest first.
-
-    A backward scan of ``uq_messages_session_seq (tenant_id, session_id,
-    seq)`` that stops after the page: the cost of a page does not depend on
-    how long the conversation is or how far back the page lies.
-    """
-    return (
-        sa.select(*_MESSAGE_COLUMNS)
-        .join(
-            sessions,
-            sa.and_(
-                sessions.c.tenant_id == messages.c.tenant_id,
-                sessions.c.id == messages.c.session_id,
-            ),
-        )
-        .where(
-            visible(depth),
-            sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
-            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.seq < sa.bindparam("before_seq", type_=sa.Integer()),
-        )
-        .order_by(messages.c.seq.desc())
-        .limit(sa.bindparam("limit", type_=sa.Integer()))
-    )
 
 
 @cache
@@ -546,7 +533,9 @@ async def recent_messages(
         "before_seq": before_seq,
         "limit": limit,
     }
-    rows = (await conn.execute(_recent_statement(depth_class(scope)), params)).all()
+    rows = (
+        await conn.execute(_page_statement(depth_class(scope), newest_first=True), params)
+    ).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)
