@@ -128,18 +128,32 @@ def _run_alembic(action: Callable[[], None]) -> None:
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     url = _database_url(args)
-    config = migrate.alembic_config(url)
-    if args.backfill_batch:
-        config.cmd_opts = argparse.Namespace(x=[f"backfill_batch={args.backfill_batch}"])
-    _run_alembic(lambda: command.upgrade(config, args.revision))
+    _run_alembic(
+        lambda: migrate.upgrade(
+            url, args.revision, backfill_batch=args.backfill_batch, backfill_rate=args.backfill_rate
+        )
+    )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
     return EXIT_OK
 
 
 def cmd_downgrade(args: argparse.Namespace) -> int:
     url = _database_url(args)
-    _run_alembic(lambda: command.downgrade(migrate.alembic_config(url), args.revision))
+    _run_alembic(
+        lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss)
+    )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    return EXIT_OK
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    totals = migrate.backfill(
+        _database_url(args), batch_rows=args.backfill_batch, max_rate=args.backfill_rate
+    )
+    print(
+        f"backfill: {totals.moved} messages moved, {totals.created} sessions created, "
+        f"{totals.joined} defaults joined, {len(totals.skipped)} conversations left alone"
+    )
     return EXIT_OK
 
 
@@ -324,6 +338,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _backfill_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backfill-batch", type=int, help="legacy messages per backfill batch (default 20000)"
+    )
+    parser.add_argument(
+        "--backfill-rate", type=float, help="at most this many messages per second (throttle)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests)."""
     parser = _Parser(prog="cortex", description="cortex: scoped session store for agent backends")
@@ -336,11 +359,21 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands = db.add_subparsers(dest="db_command", required=True, parser_class=_Parser)
     up = db_commands.add_parser("upgrade", help="upgrade to a revision (default: head)")
     up.add_argument("revision", nargs="?", default="head")
-    up.add_argument("--backfill-batch", type=int, help="conversations per backfill batch")
+    _backfill_options(up)
     up.set_defaults(func=cmd_upgrade)
     down = db_commands.add_parser("downgrade", help="downgrade to a revision (e.g. -1, base)")
     down.add_argument("revision")
+    down.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="go ahead even if the steps down drop data (refused otherwise, naming what)",
+    )
     down.set_defaults(func=cmd_downgrade)
+    fill = db_commands.add_parser(
+        "backfill", help="session legacy rows written since the backfill ran (idempotent)"
+    )
+    _backfill_options(fill)
+    fill.set_defaults(func=cmd_backfill)
     cur = db_commands.add_parser("current", help="the database's revision")
     cur.add_argument("--json", action="store_true")
     cur.set_defaults(func=cmd_current)

@@ -1,0 +1,89 @@
+"""Migrations never admit what the API refuses, and never destroy state without being told."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cortex.cli import EXIT_USAGE, main
+from tests.migrations.legacy import current, execute, fetch, insert_legacy
+
+# Agent ids the legacy release accepted and the API refuses (check_identifier):
+# a no-break space, a zero-width space, a control character, a tab.
+REFUSED_AGENTS = ["bot\u00a0x", "bot\u200b", "bot\x7f", "bot\tx"]
+
+
+def test_backfill_leaves_agent_ids_the_api_refuses_alone(blank_db: str) -> None:
+    main(["--database-url", blank_db, "db", "upgrade", "20260801000001"])
+    rows = [(agent, "acme/u1", "user", f"from {agent!r}") for agent in REFUSED_AGENTS]
+    rows += [("bot", "acme/u1", "user", "fine"), ("bot", "acme/bad scope", "user", "no")]
+    insert_legacy(blank_db, rows)
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
+    sessions = fetch(blank_db, "SELECT agent_id, scope FROM sessions")
+    assert [(r["agent_id"], r["scope"]) for r in sessions] == [("bot", "acme/u1")]
+    left = fetch(
+        blank_db, "SELECT agent_id FROM messages WHERE session_id IS NULL ORDER BY agent_id"
+    )
+    assert sorted(r["agent_id"] for r in left) == sorted([*REFUSED_AGENTS, "bot"])
+
+
+def _at_head_with_markers(url: str) -> None:
+    assert main(["--database-url", url, "db", "upgrade"]) == 0
+    sid = str(uuid.uuid4())
+    execute(
+        url,
+        f"""
+        INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, is_aborted)
+        VALUES ('acme', '{sid}', 'bot', 'acme', 1, true);
+        INSERT INTO session_markers (tenant_id, session_id, kind, scope, reason, marked_at)
+        VALUES ('acme', '{sid}', 'aborted', 'acme', 'customer withdrew', now()),
+               ('acme', '{sid}', 'interrupted', 'acme', 'draining', now());
+        """,
+    )
+
+
+def test_downgrade_that_drops_markers_refuses_and_says_what(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _at_head_with_markers(blank_db)
+    head = current(blank_db)
+    capsys.readouterr()
+    code = main(["--database-url", blank_db, "db", "downgrade", "20260901000005"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "1 aborted markers" in err
+    assert "1 interrupted markers" in err
+    assert "--allow-data-loss" in err
+    assert err.count("\n") == 1
+    # Nothing ran.
+    assert current(blank_db) == head
+    assert fetch(blank_db, "SELECT count(*) AS n FROM session_markers")[0]["n"] == 2
+
+    assert main(["--database-url", blank_db, "db", "downgrade", "-1"]) == 0  # loses nothing
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
+    assert (
+        main(
+            [
+                "--database-url",
+                blank_db,
+                "db",
+                "downgrade",
+                "20260901000005",
+                "--allow-data-loss",
+            ]
+        )
+        == 0
+    )
+    assert current(blank_db) == ["20260901000005"]
+
+
+def test_downgrade_to_base_names_sessions_and_messages(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _at_head_with_markers(blank_db)
+    capsys.readouterr()
+    assert main(["--database-url", blank_db, "db", "downgrade", "base"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "1 sessions" in err
+    assert "markers" in err
