@@ -180,8 +180,8 @@ def add_foreign_key(
 
 
 def bypasses_rls(bind: Connection | None = None) -> bool:
-    """Whether the role running the migrations is exempt from row-level security."""
-    if _offline():
+    """Whether the role running the migrations (or on ``bind``) is exempt from row-level security."""
+    if bind is None and _offline():
         return True
     conn = bind if bind is not None else _bind()
     return bool(

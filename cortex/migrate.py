@@ -33,7 +33,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from alembic import command
-from cortex import _backfill
+from cortex import _backfill, _ddl
 from cortex._engine import make_engine, normalise_url
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
@@ -170,7 +170,8 @@ def backfill(
 
     Raises:
         SchemaMismatch: the database is not past the backfill revision.
-        InvalidInput: ``batch_rows`` or ``max_rate`` out of range.
+        InvalidInput: ``batch_rows`` or ``max_rate`` out of range, or the role
+            is held to row-level security (it would see no tenant's rows).
         DatabaseError: the database failed.
     """
 
@@ -193,6 +194,17 @@ def backfill(
                     f"database is at {', '.join(heads) or 'base'}: the backfill runs as "
                     f"revision {BACKFILL_REVISION}; run `cortex db upgrade`"
                 )
+            forced = conn.execute(
+                sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'messages'::regclass")
+            ).scalar()
+            if forced and not _ddl.bypasses_rls(conn):
+                # Under FORCE ROW LEVEL SECURITY this role would see no tenant's rows
+                # and report, wrongly, that nothing is left to do.
+                raise InvalidInput(
+                    "cortex db backfill reads every tenant: run it as a superuser or a "
+                    "BYPASSRLS role"
+                )
+            conn.commit()
             auto = conn.execution_options(isolation_level="AUTOCOMMIT")
             return _backfill.backfill(
                 auto,

@@ -21,7 +21,7 @@ no one.
 
 Online: every step runs in autocommit with a short lock timeout and retries
 (cortex._ddl). Existing rows get ``tenant_id`` in committed batches of
-:data:`FILL_BATCH` rows along the primary key; NOT NULL is proved by a
+:data:`FILL_PAGES` heap pages, in physical order; NOT NULL is proved by a
 ``NOT VALID`` check validated under a lock that lets writes go on; the new
 primary key ``(tenant_id, id)`` and the other indexes are built
 ``CONCURRENTLY``; the foreign key and the seq check are added ``NOT VALID``
@@ -38,7 +38,6 @@ of cortex-written messages: refused unless data loss is allowed (see
 :func:`data_loss`). It runs in one transaction (not online).
 """
 
-import uuid
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -56,8 +55,8 @@ depends_on: str | Sequence[str] | None = None
 
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
 
-# Legacy rows per batch of the tenant_id fill.
-FILL_BATCH = 50_000
+# Heap pages per batch of the tenant_id fill (about 50,000 legacy rows).
+FILL_PAGES = 800
 
 _TENANT_TRIGGER = """
 CREATE OR REPLACE FUNCTION cortex_messages_tenant() RETURNS trigger
@@ -72,17 +71,12 @@ END
 $$
 """
 
+# One batch of the fill: a range of heap pages (a TID range scan, sequential).
+# Updated rows move to pages past the table's size at the start, so no row is
+# visited twice; rows inserted meanwhile already have tenant_id (the trigger).
 _FILL = """
-WITH batch AS (
-    SELECT id FROM messages WHERE id > :after ORDER BY id LIMIT :n
-),
-filled AS (
-    UPDATE messages AS m SET tenant_id = split_part(m.scope, '/', 1)
-    FROM batch AS b
-    WHERE m.id = b.id AND m.tenant_id IS NULL
-    RETURNING 1
-)
-SELECT (SELECT id FROM batch ORDER BY id DESC LIMIT 1) AS last, (SELECT count(*) FROM filled) AS n
+UPDATE messages SET tenant_id = split_part(scope, '/', 1)
+WHERE ctid >= CAST(:lo AS tid) AND ctid < CAST(:hi AS tid) AND tenant_id IS NULL
 """
 
 
@@ -156,19 +150,19 @@ def _fill_tenants() -> None:
         )
         return
     bind = op.get_bind()
-    todo = int(
-        bind.execute(sa.text("SELECT count(*) FROM messages WHERE tenant_id IS NULL")).scalar_one()
+    pages = int(
+        bind.execute(
+            sa.text("SELECT pg_relation_size('messages') / current_setting('block_size')::int")
+        ).scalar_one()
     )
-    after = uuid.UUID(int=0)
-    with progress("tenant_id", todo, unit="messages") as advance:
-        while True:
-            # Each batch commits on its own; rows the legacy release inserts
-            # meanwhile get theirs from the trigger, created (and committed) before.
-            row = bind.execute(sa.text(_FILL), {"after": after, "n": FILL_BATCH}).one()
-            if row.last is None:
-                break
-            advance(row.n)
-            after = row.last
+    with progress("tenant_id", pages, unit="pages") as advance:
+        # Each batch commits on its own (autocommit); a rerun after a crash
+        # walks the pages again and finds their rows done.
+        for lo in range(0, pages, FILL_PAGES):
+            hi = min(lo + FILL_PAGES, pages)
+            # asyncpg encodes a tid as (block, offset)
+            bind.execute(sa.text(_FILL), {"lo": (lo, 0), "hi": (hi, 0)})
+            advance(hi - lo)
 
 
 def upgrade() -> None:

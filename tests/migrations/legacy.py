@@ -43,15 +43,21 @@ def current(url: str) -> list[str]:
     return [r["version_num"] for r in fetch(url, "SELECT version_num FROM alembic_version")]
 
 
-def insert_legacy(url: str, rows: Sequence[tuple[str, str, str, str]]) -> None:
-    """Insert legacy messages (agent_id, scope, role, content), a minute apart, as the legacy release."""
+def insert_legacy(url: str, rows: Sequence[tuple[str, str, str, str]], *, start: int = 0) -> None:
+    """Insert legacy messages (agent_id, scope, role, content) as the legacy release does.
+
+    They are a minute apart, from ``start`` minutes after T0.
+    """
 
     async def run() -> None:
         conn = await asyncpg.connect(asyncpg_dsn(url))
         try:
             await conn.executemany(
                 LEGACY_INSERT,
-                [(a, s, r, c, T0 + timedelta(minutes=i)) for i, (a, s, r, c) in enumerate(rows)],
+                [
+                    (a, s, r, c, T0 + timedelta(minutes=start + i))
+                    for i, (a, s, r, c) in enumerate(rows)
+                ],
             )
         finally:
             await conn.close()
