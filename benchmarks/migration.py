@@ -93,10 +93,12 @@ _CONVERSATION = """
 _BUILD = f"""
 INSERT INTO messages (id, agent_id, scope, role, content, created_at)
 SELECT md5(m::text)::uuid,
-       'agent-' || (c % 7),
+       -- (agent, scope) distinct per conversation: the agent carries c at
+       -- depth 1, the scope's second segment below it.
+       CASE WHEN d = 1 THEN 'agent-' || c ELSE 'agent-' || (c % 7) END,
        concat_ws('/', {_CONVERSATION.format(c="c", tenants=":tenants")},
-                 CASE WHEN d >= 2 THEN 'p' || (c % 40) END,
-                 CASE WHEN d >= 3 THEN 'u' || c END,
+                 CASE WHEN d >= 2 THEN 'u' || c END,
+                 CASE WHEN d >= 3 THEN 'p' || (c % 40) END,
                  CASE WHEN d >= 4 THEN 'thread' END,
                  CASE WHEN d >= 5 THEN 'x' END),
        CASE WHEN m % 2 = 0 THEN 'user' ELSE 'assistant' END,

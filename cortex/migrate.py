@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
@@ -145,7 +146,7 @@ def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> N
                 heads, target, select_for_downgrade=True, inclusive=False
             )
         )
-    except CommandError as exc:
+    except (CommandError, RevisionError) as exc:
         raise InvalidInput(f"revision: {exc}") from None
     lost: list[str] = []
     for step in steps:

@@ -55,6 +55,12 @@ depends_on: str | Sequence[str] | None = None
 
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
 
+# = 20261001000006._STATE (a revision's text never changes once released).
+_STATE = (
+    "CASE WHEN is_aborted THEN 'aborted' WHEN pending_count > 0 THEN 'paused' "
+    "WHEN is_interrupted THEN 'interrupted' ELSE 'idle' END"
+)
+
 # Heap pages per batch of the tenant_id fill (about 50,000 legacy rows).
 FILL_PAGES = 800
 
@@ -102,6 +108,15 @@ def _create_sessions() -> None:
         sa.Column(
             "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
         ),
+        # The operator state of revision 20261001000006, born with the table:
+        # adding a stored generated column later rewrites the table under an
+        # exclusive lock, and every legacy insert into messages takes a lock
+        # on sessions (its foreign-key check opens it), so that rewrite would
+        # stall the old release. 20261001000006 adds them only where missing.
+        sa.Column("pending_count", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("is_aborted", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("state", sa.Text(), sa.Computed(_STATE, persisted=True), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_sessions"),
         sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="ck_sessions_scope_depth"),
         sa.CheckConstraint("message_count >= 0", name="ck_sessions_message_count"),
@@ -199,10 +214,10 @@ def upgrade() -> None:
         _fill_tenants()
         # NOT NULL without a scan under an exclusive lock: a validated CHECK proves it.
         ddl.add_check("messages", "ck_messages_tenant_id_not_null", "tenant_id IS NOT NULL")
-        ddl.run(
-            "ALTER TABLE messages ALTER COLUMN tenant_id SET NOT NULL, "
-            "DROP CONSTRAINT IF EXISTS ck_messages_tenant_id_not_null"
-        )
+        # Two statements: in one, the check would be dropped before SET NOT NULL
+        # looks for it, and the column would be scanned under the exclusive lock.
+        ddl.run("ALTER TABLE messages ALTER COLUMN tenant_id SET NOT NULL")
+        ddl.run("ALTER TABLE messages DROP CONSTRAINT IF EXISTS ck_messages_tenant_id_not_null")
         # The primary key moves to (tenant_id, id): built concurrently, then swapped.
         if not ddl.constraint_exists("pk_messages"):
             ddl.create_index("pk_messages", "messages (tenant_id, id)", unique=True)

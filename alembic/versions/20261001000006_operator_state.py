@@ -26,13 +26,14 @@ locks ``messages`` for more than a catalog change) and every cortex release
 before it (new columns have defaults, new tables are unused until the
 operator release).
 
-Online, with one exception: adding the stored generated ``state`` column
-rewrites ``sessions`` under an exclusive lock (PostgreSQL cannot add a stored
-generated column without computing it for every row). ``sessions`` is not a
-table the legacy release uses, and databases that already run a cortex
-release are past this revision; the benchmark reports how long the rewrite
-holds the table (see the README's Migrations section). The check is added
-``NOT VALID`` then validated, the state index is built ``CONCURRENTLY``.
+Online: on a database upgraded through today's 20260824000002 the four
+columns already exist (``sessions`` is born with them, because adding a
+stored generated column rewrites the table under an exclusive lock, and the
+legacy release's inserts into ``messages`` lock ``sessions`` through their
+foreign-key check); here they are added only where missing, i.e. on a
+database whose ``sessions`` an older release created, which pays that
+rewrite once. The check is added ``NOT VALID`` then validated, the state
+index is built ``CONCURRENTLY``.
 
 The data step fills ``pending_inputs`` from existing messages. A migrating
 role that bypasses row-level security simply reads every tenant; any other

@@ -116,7 +116,10 @@ def test_upgrade_killed_at_any_point_resumes_with_exact_counts(server_url: str) 
         (True, 1200),  # mid-backfill, late
     ]
 
+    kills = 0
+
     async def run() -> list[str]:
+        nonlocal kills
         params = migration.Params(messages=30_000)
         async with bench_database(server_url, revision=migration.LEGACY) as db:
             url = db.owner_url
@@ -126,6 +129,7 @@ def test_upgrade_killed_at_any_point_resumes_with_exact_counts(server_url: str) 
                 await asyncio.to_thread(_wait_until, url, proc, point)
                 if proc.poll() is None:
                     _sigkill(proc)
+                    kills += 1
                 await _write_legacy(url, 20, rng)  # the old release writes on between attempts
             await asyncio.to_thread(upgrade, url)
             assert await asyncio.to_thread(current, url) == migration.chain()[-1:]
@@ -139,3 +143,4 @@ def test_upgrade_killed_at_any_point_resumes_with_exact_counts(server_url: str) 
             return await migration.check_invariants(url)
 
     assert asyncio.run(run()) == []
+    assert kills >= 2  # the upgrade really died mid-way (not just finished first)

@@ -87,3 +87,14 @@ def test_downgrade_to_base_names_sessions_and_messages(
     err = capsys.readouterr().err
     assert "1 sessions" in err
     assert "markers" in err
+
+
+def test_downgrade_to_an_unknown_revision_is_a_usage_error(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
+    capsys.readouterr()
+    assert main(["--database-url", blank_db, "db", "downgrade", "nonsense"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("cortex: error: revision:")
+    assert err.count("\n") == 1
