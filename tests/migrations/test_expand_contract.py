@@ -5,10 +5,12 @@ is walked and checked too. At each revision:
 
 - the legacy release (schema 20260801000001) inserts and reads its rows with
   its own statements, and they are all there;
-- from the last release's revision on (``LAST_RELEASE``), cortex's own calls
-  of that release run through the store, as its application role, with the
-  release told that this revision is its own (a release checks the revision
-  it was built for; a newer one that is safe with it must serve it).
+- from the revision this code was built for (``SCHEMA_REVISION``) on,
+  cortex's own calls run through the store, as its application role, with
+  the store told that the revision is its own (a release checks the revision
+  it was built for; a newer one that is safe with it must serve it). So
+  when a revision is added, this test runs the release before it (this
+  code, before SCHEMA_REVISION moves) against it.
 
 Every revision also says in its docstring which release it is safe with and
 offers ``data_loss`` (what its downgrade would destroy), which the downgrade
@@ -26,13 +28,14 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, use_scope
+from cortex._engine import SCHEMA_REVISION
 from cortex.migrate import alembic_config, backfill, grant_sql, upgrade
 from tests.conftest import admin, with_database
 from tests.migrations.legacy import LEGACY_READ, execute, fetch, insert_legacy
 
-# The revision the last released cortex was built for: from it on, that
-# release must keep working while later revisions are applied.
-LAST_RELEASE = "20261015000007"
+# The revision this code was built for: from it on, this release must keep
+# working while later revisions are applied.
+LAST_RELEASE = SCHEMA_REVISION
 
 
 def chain() -> list[str]:
@@ -44,7 +47,9 @@ def test_every_revision_says_what_it_is_safe_with_and_what_a_downgrade_drops() -
     script = ScriptDirectory.from_config(alembic_config())
     for rev in script.walk_revisions():
         assert rev.module.__doc__ is not None
-        assert "Safe with:" in rev.module.__doc__, rev.revision
+        assert "Safe with" in rev.module.__doc__, (
+            f"{rev.revision}: say which release it is safe with"
+        )
         assert callable(getattr(rev.module, "data_loss", None)), (
             f"{rev.revision}: define data_loss(conn) -> list[str] (what the downgrade drops)"
         )
