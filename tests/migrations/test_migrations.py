@@ -8,6 +8,7 @@ import io
 import re
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -387,3 +388,17 @@ def test_operator_state_migration_derives_pending_from_history(blank_db: str) ->
         "session_markers",
         "sessions",
     ]
+
+
+def test_backfill_throttle_holds_the_rate(blank_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    upgrade(blank_db, "20260801000001")
+    _legacy(blank_db, LEGACY)
+    upgrade(blank_db, "20260824000003")
+    existing = _seed_existing_default(blank_db)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    # 10 messages per second at most: after each batch of 2 it must wait its turn.
+    upgrade(blank_db, backfill_batch=2, backfill_rate=10)
+    assert pauses
+    assert all(p > 0 for p in pauses)
+    _check_backfilled(blank_db, existing)

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from cortex.cli import EXIT_USAGE, main
+from tests.conftest import with_database
 from tests.migrations.legacy import current, execute, fetch, insert_legacy
 
 # Agent ids the legacy release accepted and the API refuses (check_identifier):
@@ -98,3 +99,47 @@ def test_downgrade_to_an_unknown_revision_is_a_usage_error(
     err = capsys.readouterr().err
     assert err.startswith("cortex: error: revision:")
     assert err.count("\n") == 1
+
+
+def test_plain_owner_upgrades_and_the_guard_sees_through_row_level_security(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A database owner that is neither superuser nor BYPASSRLS: FORCE ROW LEVEL
+    # SECURITY holds it too, so the downgrade guard must not count through the
+    # policies (it would see no tenant's rows and let the markers go).
+    suffix = uuid.uuid4().hex[:8]
+    owner, name = f"cortex_owner_{suffix}", f"cortex_o_{suffix}"
+    execute(server_url, f'CREATE ROLE "{owner}" LOGIN', f'CREATE DATABASE "{name}" OWNER "{owner}"')
+    as_owner = with_database(server_url, name, user=owner)
+    as_super = with_database(server_url, name)
+    try:
+        assert main(["--database-url", as_owner, "db", "upgrade", "20260801000001"]) == 0
+        insert_legacy(
+            as_owner, [("bot", "acme/u1", "user", "hello"), ("bot", "acme/u1", "user", "x")]
+        )
+        assert main(["--database-url", as_owner, "db", "upgrade"]) == 0
+        rows = fetch(as_super, "SELECT message_count, backfilled_by FROM sessions")
+        assert [tuple(r) for r in rows] == [(2, "20260824000004")]
+        sid = fetch(as_super, "SELECT id FROM sessions")[0]["id"]
+        execute(
+            as_super,
+            "INSERT INTO session_markers (tenant_id, session_id, kind, scope, reason, marked_at) "
+            f"VALUES ('acme', '{sid}', 'aborted', 'acme/u1', 'no', now())",
+        )
+        capsys.readouterr()
+        code = main(["--database-url", as_owner, "db", "downgrade", "20260901000005"])
+        assert code == EXIT_USAGE
+        assert "1 aborted markers" in capsys.readouterr().err
+        # The count lifted FORCE only inside a transaction it rolled back.
+        forced = fetch(
+            as_super,
+            "SELECT count(*) AS n FROM pg_class WHERE relforcerowsecurity AND relname IN "
+            "('sessions', 'messages', 'pending_inputs', 'session_markers')",
+        )
+        assert forced[0]["n"] == 4
+        # The catch-up backfill refuses a role held to row-level security.
+        assert main(["--database-url", as_owner, "db", "backfill"]) == EXIT_USAGE
+    finally:
+        execute(
+            server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'DROP ROLE "{owner}"'
+        )
