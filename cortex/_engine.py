@@ -5,9 +5,13 @@ Nothing here runs a store call: :mod:`cortex._db` owns transactions.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
+from urllib.parse import quote, urlencode
 
+import asyncpg
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -16,9 +20,11 @@ from cortex._executor import Row
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
+    "CHECKOUTS",
     "CONNECT_TIMEOUT",
     "SCHEMA_REVISION",
     "check_schema",
+    "connect_options",
     "driver_dsn",
     "make_engine",
     "normalise_url",
@@ -26,38 +32,171 @@ __all__ = [
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261015000007"
+SCHEMA_REVISION: Final = "20261201000009"
+
+
+# libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own
+# DSN parser implements with libpq's meaning (sslmode and the certificate files
+# build its SSL context; application_name and options become startup
+# parameters). They are handed to it once, as a query-only DSN.
+_LIBPQ_PARAMETERS: Final = frozenset(
+    {
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslcrl",
+        "application_name",
+        "options",
+        "target_session_attrs",
+    }
+)
+# asyncpg takes the connect timeout as a keyword, not from a DSN.
+_TIMEOUT_PARAMETER: Final = "connect_timeout"
+# Kept in the URL SQLAlchemy sees: the embedded server's ``?host=<socket dir>``.
+_SQLALCHEMY_PARAMETERS: Final = frozenset({"host", "port"})
+_SSL_MODES: Final = frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"})
+_SESSION_ATTRS: Final = frozenset(
+    {"any", "primary", "standby", "prefer-standby", "read-write", "read-only"}
+)
+
+
+def _check_query(parsed: URL) -> None:
+    known = _LIBPQ_PARAMETERS | _SQLALCHEMY_PARAMETERS | {_TIMEOUT_PARAMETER}
+    for key, value in parsed.query.items():
+        if key not in known:
+            raise InvalidInput(
+                f"database URL: query parameter {key!r} is not supported "
+                f"(cortex accepts {', '.join(sorted(known))})"
+            )
+        if not isinstance(value, str):
+            raise InvalidInput(f"database URL: query parameter {key!r} is given more than once")
+    query = parsed.query
+    if "sslmode" in query and query["sslmode"] not in _SSL_MODES:
+        raise InvalidInput(
+            f"database URL: sslmode {query['sslmode']!r} is not one of {', '.join(sorted(_SSL_MODES))}"
+        )
+    attrs = query.get("target_session_attrs")
+    if attrs is not None and attrs not in _SESSION_ATTRS:
+        raise InvalidInput(
+            f"database URL: target_session_attrs {attrs!r} is not one of "
+            f"{', '.join(sorted(_SESSION_ATTRS))}"
+        )
+    if _TIMEOUT_PARAMETER in query:
+        _connect_timeout(query[_TIMEOUT_PARAMETER])
+
+
+def _connect_timeout(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 86_400:
+        raise InvalidInput(f"database URL: connect_timeout {value!r} is not a number of seconds")
+    return seconds
 
 
 def normalise_url(url: str | URL) -> URL:
     """Accept ``postgresql://``, ``postgres://`` or ``postgresql+asyncpg://``; return the asyncpg form.
 
+    libpq query parameters (``sslmode``, ``sslrootcert``, ``sslcert``,
+    ``sslkey``, ``sslpassword``, ``sslcrl``, ``application_name``,
+    ``connect_timeout``, ``options``, ``target_session_attrs``) are kept, for
+    :func:`connect_options` to translate; ``host`` and ``port`` too.
+
     Raises:
-        InvalidInput: for any other driver or an unparsable URL.
+        InvalidInput: for any other driver, an unparsable URL, a port outside
+            1-65535, or a query parameter cortex does not translate (named).
     """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+        port = parsed.port
+    except (ArgumentError, ValueError):
         raise InvalidInput("database URL: cannot parse it") from None
-    if parsed.drivername in ("postgresql", "postgres", "postgresql+asyncpg"):
-        return parsed.set(drivername="postgresql+asyncpg")
-    raise InvalidInput(
-        f"database URL: expected postgresql:// or postgresql+asyncpg://, got {parsed.drivername}://"
-    )
+    if parsed.drivername not in ("postgresql", "postgres", "postgresql+asyncpg"):
+        raise InvalidInput(
+            f"database URL: expected postgresql:// or postgresql+asyncpg://, got {parsed.drivername}://"
+        )
+    # Checked here: an out-of-range port would reach the socket layer as OverflowError.
+    if port is not None and not 1 <= port <= 65535:
+        raise InvalidInput(f"database URL: port {port} is outside 1-65535")
+    _check_query(parsed)
+    return parsed.set(drivername="postgresql+asyncpg")
 
 
-# Seconds asyncpg may take to open a connection (its own default is 60): a
-# checkout is shielded from cancellation, so this bounds how long a cancelled
-# caller can wait for one.
+def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """Split a URL into what SQLAlchemy sees and the asyncpg connect arguments of its query.
+
+    SQLAlchemy's asyncpg dialect passes every query parameter to
+    ``asyncpg.connect`` as a keyword, which it refuses for libpq names. So the
+    libpq parameters leave the URL here, once: ``connect_timeout`` becomes
+    ``timeout``, the rest a query-only ``dsn`` that asyncpg parses with libpq's
+    rules (host, port, user and database still come from the URL).
+
+    Raises:
+        InvalidInput: as :func:`normalise_url`.
+    """
+    parsed = normalise_url(url)
+    query = parsed.query
+    connect_args: dict[str, Any] = {}
+    if _TIMEOUT_PARAMETER in query:
+        connect_args["timeout"] = _connect_timeout(query[_TIMEOUT_PARAMETER])
+    libpq = {key: value for key, value in query.items() if key in _LIBPQ_PARAMETERS}
+    if libpq:
+        connect_args["dsn"] = "postgresql://?" + urlencode(libpq, quote_via=quote)
+    moved = [key for key in query if key not in _SQLALCHEMY_PARAMETERS]
+    return parsed.difference_update_query(moved), connect_args
+
+
+# Seconds asyncpg may take to open a connection (its own default is 60). A
+# cancelled caller does not wait for it, but the checkout it abandoned runs on
+# (cortex._db) and holds a pool slot until the connect succeeds or times out.
 CONNECT_TIMEOUT: Final = 10
+
+# Key in a pooled connection's ``info``: how many times the pool handed that
+# DBAPI connection out. SQLAlchemy clears ``info`` whenever the pool opens a
+# new connection for the slot, so 1 means "opened for this checkout", which is
+# how the transaction runner tells a new connection from a pooled one.
+CHECKOUTS: Final = "cortex_checkouts"
+
+
+async def _set_json_codecs(conn: asyncpg.Connection) -> None:
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typename, schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="text"
+        )
+
+
+def _encode_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _own_json_codecs(dbapi_connection: Any, record: Any) -> None:
+    """Decode json/jsonb with the standard library on every new connection, explicitly.
+
+    cortex executes on the asyncpg connection itself (cortex._executor), so
+    it must not depend on whatever codecs SQLAlchemy's dialect installed
+    (``json_deserializer`` in the pool options would change them). Runs after
+    the dialect's own connect hook, so this one is what stays.
+    """
+    dbapi_connection.run_async(_set_json_codecs)
+
+
+def _count_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    record.info[CHECKOUTS] = record.info.get(CHECKOUTS, 0) + 1
 
 
 def driver_dsn(url: str | URL, *, database: str | None = None, user: str | None = None) -> str:
     """The URL in asyncpg's own ``postgresql://`` form, optionally for another database or user.
 
-    Query parameters (such as the embedded server's ``?host=<socket dir>``) are kept.
+    Query parameters (such as the embedded server's ``?host=<socket dir>`` and
+    ``sslmode``) are kept for asyncpg's DSN parser, except ``connect_timeout``,
+    which it would send to the server as a setting.
     """
-    parsed = make_url(url).set(drivername="postgresql")
+    parsed = (
+        make_url(url).set(drivername="postgresql").difference_update_query([_TIMEOUT_PARAMETER])
+    )
     if database is not None:
         parsed = parsed.set(database=database)
     if user is not None:
@@ -79,16 +218,25 @@ def make_engine(
     """
     if "isolation_level" in pool_options:
         raise InvalidInput("isolation_level: cortex manages its own transactions")
-    connect_args = dict(pool_options.pop("connect_args", None) or {})
+    target, from_url = connect_options(url)
+    # The caller's connect_args win over what the URL's query says.
+    connect_args = {**from_url, **(pool_options.pop("connect_args", None) or {})}
     connect_args.setdefault("timeout", CONNECT_TIMEOUT)
     if manual_transactions:
         pool_options["isolation_level"] = "AUTOCOMMIT"
         connect_args["record_class"] = Row
-    return create_async_engine(normalise_url(url), connect_args=connect_args, **pool_options)
+    engine = create_async_engine(target, connect_args=connect_args, **pool_options)
+    event.listen(engine.sync_engine, "checkout", _count_checkout)
+    event.listen(engine.sync_engine, "connect", _own_json_codecs)
+    return engine
 
 
-async def check_schema(engine: AsyncEngine) -> None:
+async def check_schema(engine: AsyncEngine) -> bool:
     """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
+
+    Returns:
+        Whether the login role bypasses row-level security (a superuser or a
+        BYPASSRLS role): then the database's second wall protects nothing.
 
     Raises:
         SchemaMismatch: naming the revision found and the command that fixes it.
@@ -104,8 +252,15 @@ async def check_schema(engine: AsyncEngine) -> None:
                 if exists
                 else []
             )
+            bypasses = await conn.scalar(
+                sa.text(
+                    "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles"
+                    " WHERE rolname = current_user"
+                )
+            )
     if list(found) != [SCHEMA_REVISION]:
         have = ", ".join(found) or "no cortex schema"
         raise SchemaMismatch(
             f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
         )
+    return bool(bypasses)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Any, Final
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
-__all__ = ["Result", "Row", "Tx"]
+from cortex.errors import DatabaseError
+
+__all__ = ["SHARED_PARAMS", "Result", "Row", "StatementError", "Tx"]
 
 
 class Row(asyncpg.Record):
@@ -47,8 +49,14 @@ class Result:
         return self._rows[0] if self._rows else None
 
     def one(self) -> Row:
+        """The only row.
+
+        Raises:
+            DatabaseError: the statement returned none or several: the
+                transaction rolls back, and the connection (healthy) stays pooled.
+        """
         if len(self._rows) != 1:
-            raise AssertionError(f"expected one row, got {len(self._rows)}")
+            raise DatabaseError(f"expected one row, got {len(self._rows)}")
         return self._rows[0]
 
     def scalar_one(self) -> Any:
@@ -62,20 +70,49 @@ class Result:
 @dataclass(frozen=True)
 class _Compiled:
     sql: str
+    # Bind names in $n order (asyncpg's placeholders are positional).
     order: tuple[str, ...]
-    defaults: dict[str, Any]
+    # Values embedded in the shape (e.g. kind = 'interrupted'); never a placeholder's None.
+    fixed: dict[str, Any]
+    # Names the caller must supply.
+    required: frozenset[str]
 
 
 _DIALECT: Final = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
+# Scope bind values (cortex._filters.scope_params) travel together: a shape
+# that needs only the tenant still receives the path and range bounds. Any
+# other key the statement does not bind is a caller's mistake.
+SHARED_PARAMS: Final = frozenset({"scope_tenant", "scope_path", "scope_lo", "scope_hi"})
 
-@cache
+# Statement shapes are finite (cortex._filters builds them from enums and
+# flags); the bound is a guard against a caller building one per call.
+_CACHE_SIZE: Final = 1024
+
+
+class StatementError(DatabaseError):
+    """cortex built or bound a statement wrongly (a bug in cortex, never the caller's input)."""
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
 def _compile(stmt: sa.ClauseElement) -> _Compiled:
-    # Statement shapes are built once (cortex._filters) and compiled once here;
-    # values embedded in a shape (e.g. kind = 'interrupted') are its defaults.
+    """Compile a statement shape once, refusing what this executor cannot run as SQLAlchemy would.
+
+    Raises:
+        StatementError: an expanding (``IN``/POSTCOMPILE) parameter, which
+            SQLAlchemy renders per call and this executor would send verbatim.
+    """
     compiled = stmt.compile(dialect=_DIALECT)
-    order = getattr(compiled, "positiontup", None) or ()  # asyncpg's $n style is positional
-    return _Compiled(str(compiled), tuple(order), dict(compiled.params))
+    binds = compiled.binds  # type: ignore[attr-defined]  # SQLCompiler's, untyped on Compiled
+    expanding = sorted(name for name, bind in binds.items() if bind.expanding)
+    if expanding:
+        raise StatementError(f"expanding parameters are not supported: {', '.join(expanding)}")
+    order = tuple(getattr(compiled, "positiontup", None) or ())
+    # A bind built without a value (sa.bindparam(name)) is required; SQLAlchemy
+    # would raise "a value is required for bind parameter" rather than send NULL.
+    required = frozenset(name for name in order if binds[name].required)
+    fixed = {name: binds[name].value for name in order if name not in required}
+    return _Compiled(str(compiled), order, fixed, required)
 
 
 class Tx:
@@ -95,11 +132,19 @@ class Tx:
     async def execute(
         self, stmt: sa.ClauseElement, params: Mapping[str, Any] | None = None
     ) -> Result:
-        """Run a statement with named parameters; its rows (possibly none)."""
+        """Run a statement with named parameters; its rows (possibly none).
+
+        Raises:
+            StatementError: a required parameter is missing or an unknown one is given.
+        """
         compiled = _compile(stmt)
         given = params or {}
-        args = [
-            given[name] if name in given else compiled.defaults[name] for name in compiled.order
-        ]
+        if not compiled.required <= given.keys():
+            missing = ", ".join(sorted(compiled.required - given.keys()))
+            raise StatementError(f"a value is required for bind parameter(s) {missing}")
+        unknown = given.keys() - compiled.required - SHARED_PARAMS
+        if unknown:
+            raise StatementError(f"unknown bind parameter(s) {', '.join(sorted(unknown))}")
+        args = [given[name] if name in given else compiled.fixed[name] for name in compiled.order]
         rows: list[Row] = await self.driver.fetch(compiled.sql, *args, record_class=Row)
         return Result(rows)

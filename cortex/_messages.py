@@ -5,31 +5,53 @@ Plain ``async def`` functions taking ``(conn, scope, ...)``; no commits.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
+import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 
+from cortex._db import RetryTransaction
 from cortex._executor import Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
-from cortex._sessions import select_session
+from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
 from cortex._tables import messages, sessions
-from cortex.errors import NotFound
-from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid
+from cortex._validate import decode_json, encode_json
+from cortex.errors import Conflict, InvalidInput, NotFound
+from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
 from cortex.models import (
+    MAX_APPEND_BYTES,
+    MAX_JSON_BYTES,
     FunctionResponse,
     Message,
     NewMessage,
     RequestedInput,
-    check_json,
+    Session,
     from_database,
 )
 from cortex.scope import Scope
 
-__all__ = ["append_messages", "list_messages", "row_to_message"]
+__all__ = [
+    "EncodedBatch",
+    "SessionHistory",
+    "append_messages",
+    "encode_batch",
+    "list_messages",
+    "recent_messages",
+    "row_to_message",
+    "select_session_with_messages",
+]
+
+# The stored metadata as text: the verbatim JSON (revision 20261201000009),
+# else the jsonb of a row written before it. Decoded by row_to_message.
+METADATA_TEXT: Final = sa.func.coalesce(
+    sa.cast(messages.c.metadata_json, sa.Text()), sa.cast(messages.c.metadata, sa.Text())
+)
 
 _MESSAGE_COLUMNS: Final = (
     messages.c.id,
@@ -40,37 +62,95 @@ _MESSAGE_COLUMNS: Final = (
     messages.c.author,
     messages.c.requested_input,
     messages.c.function_response,
-    messages.c.metadata,
+    METADATA_TEXT.label("metadata"),
     messages.c.created_at,
 )
 
 
-def row_to_message(row: Row) -> Message:
-    """Build the public model from a row selected with the message columns."""
-    requested, response = row["requested_input"], row["function_response"]
+def row_to_message(row: Row, prefix: str = "") -> Message:
+    """Build the public model from a row selected with the message columns.
+
+    ``prefix``: the columns are labelled ``<prefix><name>`` (a join beside
+    another table's columns, as in :func:`select_session_with_messages`).
+    """
+    requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
     return from_database(
         Message,
         {
-            "id": format_id(MESSAGE_PREFIX, row["id"]),
-            "session_id": format_id(SESSION_PREFIX, row["session_id"]),
-            "seq": row["seq"],
-            "role": row["role"],
-            "content": row["content"],
-            "author": row["author"],
+            "id": format_id(MESSAGE_PREFIX, row[prefix + "id"]),
+            "session_id": format_id(SESSION_PREFIX, row[prefix + "session_id"]),
+            "seq": row[prefix + "seq"],
+            "role": row[prefix + "role"],
+            "content": row[prefix + "content"],
+            "author": row[prefix + "author"],
             "requested_input": (
                 None if requested is None else RequestedInput.model_construct(**requested)
             ),
             "function_response": (
                 None if response is None else FunctionResponse.model_construct(**response)
             ),
-            "metadata": row["metadata"],
-            "created_at": row["created_at"],
+            "metadata": decode_json(row[prefix + "metadata"]),
+            "created_at": row[prefix + "created_at"],
         },
     )
 
 
-def _json_or_none(value: RequestedInput | FunctionResponse | None, field: str) -> str | None:
-    return None if value is None else check_json(value.model_dump(mode="json"), field)
+@dataclass(frozen=True)
+class EncodedBatch:
+    """A validated batch, serialised once, before any transaction (and reused by its retries)."""
+
+    messages: list[NewMessage]
+    ids: list[uuid.UUID]
+    # Which messages carry a caller-chosen id (their idempotency key).
+    keyed: list[bool]
+    requested: list[str | None]
+    responses: list[str | None]
+    metadata: list[str]
+    size: int
+
+
+def _model_json(value: RequestedInput | FunctionResponse | None) -> str | None:
+    if value is None:
+        return None
+    return encode_json(value.model_dump(mode="json"), MAX_APPEND_BYTES)
+
+
+def _size(text: str | None) -> int:
+    if text is None:
+        return 0
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
+    """Serialise a validated batch and check what only the whole batch can break.
+
+    Raises:
+        InvalidInput: more than MAX_APPEND_BYTES in all, or one id twice.
+    """
+    requested = [_model_json(m.requested_input) for m in batch]
+    responses = [_model_json(m.function_response) for m in batch]
+    metadata = [encode_json(m.metadata, MAX_JSON_BYTES) for m in batch]
+    size = sum(
+        _size(m.content) + _size(m.author) + _size(q) + _size(r) + _size(meta)
+        for m, q, r, meta in zip(batch, requested, responses, metadata, strict=True)
+    )
+    if size > MAX_APPEND_BYTES:
+        raise InvalidInput(
+            f"messages: at most {MAX_APPEND_BYTES} bytes in one append"
+            f" (content, author, metadata, requested input and function response), got {size}"
+        )
+    chosen = [m.id for m in batch if m.id is not None]
+    if len(set(chosen)) != len(chosen):
+        raise InvalidInput("messages: a message id appears twice in the batch")
+    return EncodedBatch(
+        messages=batch,
+        ids=[new_uuid() if m.id is None else parse_id(MESSAGE_PREFIX, m.id) for m in batch],
+        keyed=[m.id is not None for m in batch],
+        requested=requested,
+        responses=responses,
+        metadata=metadata,
+        size=size,
+    )
 
 
 def _array(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
@@ -89,6 +169,10 @@ def _append_statement(depth: int) -> sa.Insert:
     (postgres-design.md, Q4: 2.5x the throughput of INSERT-then-UPDATE on a
     hot session). If the session is not visible the UPDATE matches nothing
     and so does the INSERT.
+
+    RETURNING gives back only what the caller lacks (id, seq, created_at):
+    echoing each content back doubled the bytes on the wire and the client's
+    memory for a large batch.
     """
     n = sa.bindparam("batch_size", type_=sa.Integer())
     touched = (
@@ -139,7 +223,8 @@ def _append_statement(depth: int) -> sa.Insert:
         rows.c.author,
         sa.cast(rows.c.requested, JSONB()),
         sa.cast(rows.c.response, JSONB()),
-        sa.cast(rows.c.meta, JSONB()),
+        # The host's JSON text, verbatim (json keeps its input text exactly).
+        sa.cast(rows.c.meta, JSON()),
         touched.c.updated_at,
     ).select_from(touched.join(rows, sa.true()))
     return (
@@ -155,34 +240,202 @@ def _append_statement(depth: int) -> sa.Insert:
                 "author",
                 "requested_input",
                 "function_response",
-                "metadata",
+                "metadata_json",
                 "created_at",
             ],
             source,
         )
-        .returning(*_MESSAGE_COLUMNS)
+        .returning(messages.c.id, messages.c.seq, messages.c.created_at)
         .add_cte(touched)
     )
 
 
-def _append_params(scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]) -> dict[str, Any]:
+def _append_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
     return {
         **scope_params(scope),
         "target_id": session_id,
-        "batch_size": len(batch),
-        "preview": batch[-1].preview(),
-        "m_ids": [new_uuid() for _ in batch],
-        "m_roles": [m.role for m in batch],
-        "m_contents": [m.content for m in batch],
-        "m_authors": [m.author for m in batch],
-        "m_requested": [_json_or_none(m.requested_input, "requested_input") for m in batch],
-        "m_responses": [_json_or_none(m.function_response, "function_response") for m in batch],
-        "m_metadata": [check_json(m.metadata, "metadata") for m in batch],
+        "batch_size": len(batch.messages),
+        "preview": batch.messages[-1].preview(),
+        "m_ids": batch.ids,
+        "m_roles": [m.role for m in batch.messages],
+        "m_contents": [m.content for m in batch.messages],
+        "m_authors": [m.author for m in batch.messages],
+        "m_requested": batch.requested,
+        "m_responses": batch.responses,
+        "m_metadata": batch.metadata,
     }
 
 
+def _sha256(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bytes]:
+    return sa.func.sha256(sa.func.convert_to(column, sa.literal_column("'UTF8'")))
+
+
 @cache
-def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
+    """Stored messages with the batch's caller-chosen ids, and whether each is the same message.
+
+    Contents and metadata are compared by SHA-256, so a retry does not send
+    the batch twice; the questions and answers (small) as jsonb.
+    """
+    keys = (
+        sa.func.unnest(
+            _array("k_ids", UUID(as_uuid=True)),
+            _array("k_roles", sa.Text()),
+            _array("k_content_hashes", BYTEA()),
+            _array("k_authors", sa.Text()),
+            _array("k_requested", sa.Text()),
+            _array("k_responses", sa.Text()),
+            _array("k_metadata_hashes", BYTEA()),
+        )
+        .table_valued(
+            sa.column("id", UUID(as_uuid=True)),
+            sa.column("role", sa.Text()),
+            sa.column("content_hash", BYTEA()),
+            sa.column("author", sa.Text()),
+            sa.column("requested", sa.Text()),
+            sa.column("response", sa.Text()),
+            sa.column("meta_hash", BYTEA()),
+            name="keyed",
+        )
+        .render_derived()
+    )
+    same = sa.and_(
+        messages.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+        messages.c.role == keys.c.role,
+        messages.c.author == keys.c.author,
+        _sha256(messages.c.content) == keys.c.content_hash,
+        messages.c.requested_input.is_not_distinct_from(sa.cast(keys.c.requested, JSONB())),
+        messages.c.function_response.is_not_distinct_from(sa.cast(keys.c.response, JSONB())),
+        _sha256(METADATA_TEXT) == keys.c.meta_hash,
+    )
+    return sa.select(
+        messages.c.id, messages.c.seq, messages.c.created_at, same.label("same")
+    ).select_from(
+        keys.join(
+            messages,
+            sa.and_(
+                messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+                messages.c.id == keys.c.id,
+            ),
+        )
+    )
+
+
+def _digest(text: str | None) -> bytes | None:
+    return None if text is None else hashlib.sha256(text.encode()).digest()
+
+
+async def _stored_rows(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch
+) -> list[Row]:
+    picked = [i for i, keyed in enumerate(batch.keyed) if keyed]
+    params = {
+        "scope_tenant": scope.tenant,
+        "target_id": session_id,
+        "k_ids": [batch.ids[i] for i in picked],
+        "k_roles": [batch.messages[i].role for i in picked],
+        "k_content_hashes": [_digest(batch.messages[i].content) for i in picked],
+        "k_authors": [batch.messages[i].author for i in picked],
+        "k_requested": [batch.requested[i] for i in picked],
+        "k_responses": [batch.responses[i] for i in picked],
+        "k_metadata_hashes": [_digest(batch.metadata[i]) for i in picked],
+    }
+    return (await conn.execute(_stored_statement(), params)).all()
+
+
+def _messages_of(
+    session_id: uuid.UUID, batch: EncodedBatch, placed: dict[uuid.UUID, tuple[int, Any]]
+) -> list[Message]:
+    """The appended messages: the caller's values, and what the database assigned."""
+    sid = format_id(SESSION_PREFIX, session_id)
+    out = []
+    for m, mid in zip(batch.messages, batch.ids, strict=True):
+        seq, created_at = placed[mid]
+        out.append(
+            from_database(
+                Message,
+                {
+                    "id": format_id(MESSAGE_PREFIX, mid),
+                    "session_id": sid,
+                    "seq": seq,
+                    "role": m.role,
+                    "content": m.content,
+                    "author": m.author,
+                    "requested_input": m.requested_input,
+                    "function_response": m.function_response,
+                    "metadata": m.metadata,
+                    "created_at": created_at,
+                },
+            )
+        )
+    out.sort(key=lambda message: message.seq)
+    return out
+
+
+async def append_messages(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch
+) -> list[Message]:
+    """Append ``batch`` to a visible session in one statement.
+
+    Idempotency: when messages carry caller-chosen ids, the ids already
+    stored are looked up first. All of them stored, each the same message in
+    this session: the earlier append committed (its reply was lost), and the
+    stored messages are returned; nothing is written. Any of them stored
+    otherwise: Conflict. Two concurrent retries of one batch both find
+    nothing; the second then waits on the first's rows, fails on the primary
+    key once it commits, and runs again, finding them.
+
+    Raises:
+        NotFound: when the session is not visible (nothing is written).
+        Conflict: a caller-chosen id is stored already with other content,
+            in another session, or in a batch that was not this one.
+    """
+    if any(batch.keyed):
+        stored = await _stored_rows(conn, scope, session_id, batch)
+        if stored:
+            if not all(batch.keyed) or len(stored) != len(batch.ids):
+                raise Conflict("messages: part of this batch was stored by another append")
+            if not all(row["same"] for row in stored):
+                raise Conflict("messages: a message id is already stored with other content")
+            # The replay returns nothing the scope could not read anyway.
+            await select_session(conn, scope, session_id)
+            return _messages_of(
+                session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in stored}
+            )
+    stmt = _append_statement(depth_class(scope))
+    try:
+        rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
+    except asyncpg.UniqueViolationError as exc:
+        if any(batch.keyed):
+            raise RetryTransaction from exc  # a concurrent append stored these ids; look again
+        raise
+    if not rows:
+        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+    appended = _messages_of(
+        session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in rows}
+    )
+    # Questions and answers change operator state; plain messages (the hot
+    # path) cost no second statement.
+    if any(m.requested_input is not None or m.function_response is not None for m in appended):
+        await record_inputs(conn, scope, session_id, appended)
+    return appended
+
+
+@cache
+def _page_statement(depth: int, *, newest_first: bool) -> sa.Select[*tuple[Any, ...]]:
+    """A page of a visible session's messages by position: one scan of its seq index.
+
+    Forward (``seq > after_seq``, oldest first) or backward (``seq <
+    before_seq``, newest first): either way a walk of ``uq_messages_session_seq
+    (tenant_id, session_id, seq)`` that stops after the page, so a page costs
+    the same however long the conversation is and however deep the page lies.
+    """
+    seq = messages.c.seq
+    bound = (
+        seq < sa.bindparam("before_seq", type_=sa.Integer())
+        if newest_first
+        else seq > sa.bindparam("after_seq", type_=sa.Integer())
+    )
     return (
         sa.select(*_MESSAGE_COLUMNS)
         .join(
@@ -196,31 +449,11 @@ def _list_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
             visible(depth),
             sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
             messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.seq > sa.bindparam("after_seq", type_=sa.Integer()),
+            bound,
         )
-        .order_by(messages.c.seq)
+        .order_by(seq.desc() if newest_first else seq)
         .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
-
-
-async def append_messages(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: list[NewMessage]
-) -> list[Message]:
-    """Append ``batch`` to a visible session in one statement.
-
-    Raises:
-        NotFound: when the session is not visible (nothing is written).
-    """
-    stmt = _append_statement(depth_class(scope))
-    rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
-    if not rows:
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
-    stored = sorted((row_to_message(row) for row in rows), key=lambda m: m.seq)
-    # Questions and answers change operator state; plain messages (the hot
-    # path) cost no second statement.
-    if any(m.requested_input is not None or m.function_response is not None for m in batch):
-        await record_inputs(conn, scope, session_id, stored)
-    return stored
 
 
 async def list_messages(
@@ -237,8 +470,89 @@ async def list_messages(
         "after_seq": after_seq,
         "limit": limit,
     }
-    rows = (await conn.execute(_list_statement(depth_class(scope)), params)).all()
+    rows = (
+        await conn.execute(_page_statement(depth_class(scope), newest_first=False), params)
+    ).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)
     return [row_to_message(row) for row in rows]
+
+
+# --- reading a conversation back ------------------------------------------------
+
+# seq is an integer column; "before the end" is this bound, so one statement
+# shape serves the newest page and every older one.
+SEQ_END: Final = 2**31 - 1
+
+
+class SessionHistory(NamedTuple):
+    """A session and its newest messages, read from one snapshot."""
+
+    session: Session
+    messages: list[Message]
+
+
+@cache
+def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    """The session's columns, each row joined to one of its newest messages (or none).
+
+    One statement is one snapshot under READ COMMITTED, so the counter and the
+    messages agree even while appends commit between two reads. Message
+    columns are labelled ``m_…`` beside the session's own.
+    """
+    recent = (
+        sa.select(*_MESSAGE_COLUMNS)
+        .where(
+            messages.c.tenant_id == sessions.c.tenant_id,
+            messages.c.session_id == sessions.c.id,
+        )
+        .order_by(messages.c.seq.desc())
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
+        .lateral("recent")
+    )
+    return (
+        sa.select(*SESSION_COLUMNS, *(c.label(f"m_{c.name}") for c in recent.c))
+        .select_from(sessions.outerjoin(recent, sa.true()))
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .order_by(recent.c.seq)
+    )
+
+
+async def recent_messages(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, before_seq: int, limit: int
+) -> list[Message]:
+    """The newest ``limit`` messages with ``seq < before_seq``, in ``seq`` order.
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "before_seq": before_seq,
+        "limit": limit,
+    }
+    rows = (
+        await conn.execute(_page_statement(depth_class(scope), newest_first=True), params)
+    ).all()
+    if not rows:
+        # An empty page and an invisible session look alike; tell them apart.
+        await select_session(conn, scope, session_id)
+    return [row_to_message(row) for row in reversed(rows)]
+
+
+async def select_session_with_messages(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, limit: int
+) -> SessionHistory:
+    """A visible session and its newest ``limit`` messages in ``seq`` order, in one statement.
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    params = {**scope_params(scope), "target_id": session_id, "limit": limit}
+    rows = (await conn.execute(_history_statement(depth_class(scope)), params)).all()
+    if not rows:
+        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+    history = [row_to_message(row, "m_") for row in rows if row["m_id"] is not None]
+    return SessionHistory(row_to_session(rows[0]), history)

@@ -12,27 +12,28 @@ import uuid
 from functools import cache
 from typing import Any, Final
 
-import jsonschema
-import jsonschema.exceptions
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._executor import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
-from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
+from cortex._schemas import validate_response
+from cortex._sessions import SESSION_COLUMNS, lock_session_id, row_to_session, select_session
 from cortex._tables import messages, pending_inputs, session_markers, sessions
-from cortex.errors import AlreadyAborted, Conflict, InvalidInput, NotFound, SessionAborted
+from cortex.errors import AlreadyAborted, Conflict, NotFound, SessionAborted
 from cortex.ids import SESSION_PREFIX, format_id
 from cortex.models import Message, PendingInput, Session, SessionDetail, SessionState
 from cortex.scope import Scope
 
 __all__ = [
     "abort",
+    "check_answer",
     "check_resumable",
     "clear_interrupted",
     "inspect",
     "mark_interrupted",
+    "pending_schemas",
     "record_inputs",
 ]
 
@@ -274,37 +275,34 @@ async def abort(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> S
     if session.state is SessionState.ABORTED:
         raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
     marker, clear, flag = _abort_statements(depth_class(scope))
-    params = {
-        **scope_params(scope),
-        "target_id": session_id,
-        "marker_scope": str(session.scope),
-        "reason": reason,
-    }
-    if (await conn.execute(marker, params)).first() is None:
+    params = {**scope_params(scope), "target_id": session_id}
+    marker_params = {**params, "marker_scope": str(session.scope), "reason": reason}
+    if (await conn.execute(marker, marker_params)).first() is None:
         raise AlreadyAborted(f"session {format_id(SESSION_PREFIX, session_id)} is already aborted")
     await conn.execute(clear, params)
     return row_to_session((await conn.execute(flag, params)).one())
 
 
 @cache
-def _interrupt_statements(depth: int) -> tuple[Any, sa.Update, sa.Delete, sa.Update]:
+def _interrupt_statements(depth: int) -> tuple[Any, Any, sa.Update, sa.Delete, sa.Update]:
     upsert = _marker_insert(INTERRUPTED)
-    upsert = upsert.on_conflict_do_update(
-        index_elements=[
-            session_markers.c.tenant_id,
-            session_markers.c.session_id,
-            session_markers.c.kind,
-        ],
-        set_={
-            "reason": upsert.excluded.reason,
-            "scope": upsert.excluded.scope,
-            "marked_at": upsert.excluded.marked_at,
-        },
-    )
+    excluded = upsert.excluded
+    replace = {"reason": excluded.reason, "scope": excluded.scope, "marked_at": excluded.marked_at}
+    keys = [session_markers.c.tenant_id, session_markers.c.session_id, session_markers.c.kind]
+    # On a visible session the marker always takes the session's scope.
+    mark = upsert.on_conflict_do_update(index_elements=keys, set_=replace)
+    # A parked marker replaces only a parked marker the caller can see: one
+    # scope never overwrites (or moves) a marker another scope parked.
+    park = upsert.on_conflict_do_update(
+        index_elements=keys,
+        set_=replace,
+        where=path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
+    ).returning(session_markers.c.kind)
     flag = (
         sa.update(sessions)
         .where(visible(depth), sessions.c.id == _sid())
         .values(is_interrupted=True)
+        .returning(sessions.c.scope)
     )
     remove = sa.delete(session_markers).where(
         path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
@@ -316,39 +314,87 @@ def _interrupt_statements(depth: int) -> tuple[Any, sa.Update, sa.Delete, sa.Upd
         .where(visible(depth), sessions.c.id == _sid(), sessions.c.is_interrupted)
         .values(is_interrupted=False)
     )
-    return upsert, flag, remove, unflag
+    return mark, park, flag, remove, unflag
 
 
 @cache
-def _session_scope_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
-    return sa.select(sessions.c.scope).where(visible(depth), sessions.c.id == _sid())
+def _probe_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    """The session with this id anywhere in the tenant, and whether the scope sees it."""
+    return sa.select(sessions.c.scope, visible(depth).label("is_visible")).where(
+        sessions.c.tenant_id == _text("scope_tenant"), sessions.c.id == _sid()
+    )
+
+
+async def _probe(conn: Tx, scope: Scope, session_id: uuid.UUID, params: dict[str, Any]) -> bool:
+    """Serialise marker writes on this id, then say whether a visible session holds it.
+
+    The advisory lock is the one :func:`cortex._sessions.insert_session` takes
+    for a caller-chosen id, so a marker parked while its session is being
+    created is seen by the create or sees the session, never neither. The
+    probe runs after the lock, so its snapshot includes whatever the lock
+    holder committed.
+
+    Raises:
+        NotFound: a session with this id exists in the tenant but outside the
+            scope: acting on it from here would reach into another scope.
+    """
+    await lock_session_id(conn, scope, session_id)
+    row = (await conn.execute(_probe_statement(depth_class(scope)), params)).first()
+    if row is None:
+        return False
+    if not row.is_visible:
+        raise _not_found(session_id)
+    return True
+
+
+def _not_found(session_id: uuid.UUID) -> NotFound:
+    return NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
 
 
 async def mark_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> None:
     """Set (or overwrite) the interrupt marker.
 
     If the session is visible, the marker takes the session's scope and shows
-    at once. If not, it is parked at the current exact scope, and shows when a
-    session with this id is created there. Nothing reveals whether a session
-    with this id exists elsewhere.
+    at once. If no session has this id, it is parked at the current exact
+    scope and shows when a session with this id is created there.
+
+    Concurrency: the session's row lock is taken (by the flag update) before
+    the marker is written, so a concurrent ``delete_session`` either runs
+    first (this call then raises NotFound and writes nothing) or waits and
+    removes the marker with the session.
+
+    Raises:
+        NotFound: the session exists outside the scope, or was deleted meanwhile.
+        Conflict: another scope parked a marker for this id, which no session has yet.
     """
     depth = depth_class(scope)
-    params: dict[str, Any] = {**scope_params(scope), "target_id": session_id, "reason": reason}
-    found = (await conn.execute(_session_scope_statement(depth), params)).scalar_one_or_none()
-    params["marker_scope"] = found if found is not None else str(scope)
-    upsert, flag, _, _ = _interrupt_statements(depth)
-    await conn.execute(upsert, params)
-    if found is not None:
-        await conn.execute(flag, params)
+    params: dict[str, Any] = {**scope_params(scope), "target_id": session_id}
+    mark, park, flag, _, _ = _interrupt_statements(depth)
+    if await _probe(conn, scope, session_id, params):
+        flagged = (await conn.execute(flag, params)).first()
+        if flagged is None:  # deleted between the probe and the row lock
+            raise _not_found(session_id)
+        await conn.execute(mark, {**params, "reason": reason, "marker_scope": flagged.scope})
+        return
+    parked_params = {**params, "reason": reason, "marker_scope": str(scope)}
+    parked = (await conn.execute(park, parked_params)).first()
+    if parked is None:
+        sid = format_id(SESSION_PREFIX, session_id)
+        raise Conflict(f"session id {sid} carries a marker another scope parked")
 
 
 async def clear_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
-    """Remove the interrupt marker visible from ``scope``; a no-op if there is none."""
+    """Remove the interrupt marker visible from ``scope``; a no-op if there is none.
+
+    Raises:
+        NotFound: the session exists outside the scope.
+    """
     depth = depth_class(scope)
     params = {**scope_params(scope), "target_id": session_id}
-    _, _, remove, unflag = _interrupt_statements(depth)
+    _, _, _, remove, unflag = _interrupt_statements(depth)
+    if await _probe(conn, scope, session_id, params):
+        await conn.execute(unflag, params)
     await conn.execute(remove, params)
-    await conn.execute(unflag, params)
 
 
 @cache
@@ -373,14 +419,32 @@ def _pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
     )
 
 
-def _validate(response: Any, schema: dict[str, Any] | None) -> None:
-    if schema is None:
-        return
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(response))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        raise InvalidInput(f"response: at {where}: {error.message}")
+async def pending_schemas(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, interrupt_id: str
+) -> dict[int, Any]:
+    """The response schemas of the questions ``interrupt_id`` would answer, by raised seq.
+
+    Read without locking anything, so ``resume`` can check the answer before
+    it takes the session's row lock (and outside any transaction).
+
+    Raises:
+        NotFound: the session is not visible.
+    """
+    await select_session(conn, scope, session_id)
+    params = {**scope_params(scope), "target_id": session_id, "interrupt_id": interrupt_id}
+    rows = (await conn.execute(_pending_by_id_statement(), params)).all()
+    return {row.raised_seq: row.response_schema for row in rows}
+
+
+def check_answer(response: Any, schemas: dict[int, Any]) -> None:
+    """Validate ``response`` against each schema (bounded work: cortex._schemas).
+
+    Raises:
+        InvalidInput: naming the failing path.
+    """
+    for schema in schemas.values():
+        if schema is not None:
+            validate_response(response, schema)
 
 
 async def check_resumable(
@@ -389,11 +453,15 @@ async def check_resumable(
     session_id: uuid.UUID,
     interrupt_id: str,
     response: Any,
+    *,
+    checked: dict[int, Any],
 ) -> None:
     """Check, under the session's row lock, that ``response`` may answer ``interrupt_id``.
 
     The lock serialises concurrent resumes of one session: the second sees
-    the first one's answer and gets Conflict.
+    the first one's answer and gets Conflict. ``checked`` holds the schemas
+    the answer was already validated against before the lock (by raised
+    seq); only a question raised since then is validated here.
 
     Raises:
         NotFound: the session is not visible, or never asked ``interrupt_id``.
@@ -410,5 +478,6 @@ async def check_resumable(
         if (await conn.execute(_asked_before_statement(), params)).scalar_one():
             raise Conflict(f"interrupt {interrupt_id!r} was already answered")
         raise NotFound(f"no pending input {interrupt_id!r} in this session")
-    for row in pending:
-        _validate(response, row.response_schema)
+    check_answer(
+        response, {r.raised_seq: r.response_schema for r in pending if r.raised_seq not in checked}
+    )

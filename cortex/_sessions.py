@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import JSON, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._db import RetryTransaction
@@ -32,6 +32,7 @@ from cortex._filters import (
     visible,
 )
 from cortex._tables import session_markers, sessions
+from cortex._validate import decode_json
 from cortex.errors import Conflict, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
 from cortex.models import ListFilter, Session, SessionState, from_database
@@ -42,6 +43,7 @@ __all__ = [
     "count_sessions",
     "delete_session",
     "insert_session",
+    "lock_session_id",
     "resolve_default",
     "row_to_session",
     "select_page",
@@ -50,6 +52,12 @@ __all__ = [
     "update_session",
 ]
 
+# The stored metadata as text: the verbatim JSON (revision 20261201000009),
+# else the jsonb of a row last written before it. Decoded by row_to_session.
+METADATA_TEXT: Final = sa.func.coalesce(
+    sa.cast(sessions.c.metadata_json, sa.Text()), sa.cast(sessions.c.metadata, sa.Text())
+)
+
 # What a Session is read from; tenant_id, scope_depth and scope_l2 are derived
 # from scope and stay internal.
 SESSION_COLUMNS: Final = (
@@ -57,7 +65,7 @@ SESSION_COLUMNS: Final = (
     sessions.c.agent_id,
     sessions.c.scope,
     sessions.c.title,
-    sessions.c.metadata,
+    METADATA_TEXT.label("metadata"),
     sessions.c.message_count,
     sessions.c.last_message,
     sessions.c.is_default,
@@ -80,7 +88,7 @@ def row_to_session(row: Row) -> Session:
             "agent_id": row["agent_id"],
             "scope": Scope.parse(row["scope"]),
             "title": row["title"],
-            "metadata": row["metadata"],
+            "metadata": decode_json(row["metadata"]),
             "message_count": row["message_count"],
             "last_message": row["last_message"],
             "is_default": row["is_default"],
@@ -93,9 +101,9 @@ def row_to_session(row: Row) -> Session:
     )
 
 
-def json_param(name: str) -> sa.ColumnElement[Any]:
-    """A jsonb value bound as text: cortex.models already validated and serialised it."""
-    return sa.cast(sa.bindparam(name, type_=sa.Text()), JSONB())
+def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:
+    """JSON text bound for a ``json`` column, which stores its input text exactly."""
+    return sa.cast(sa.bindparam(name, type_=sa.Text()), JSON())
 
 
 def _id_param(name: str = "target_id") -> sa.BindParameter[uuid.UUID]:
@@ -133,7 +141,7 @@ def _insert_statement() -> sa.Insert:
             id=_id_param(),
             agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
             title=sa.bindparam("new_title", type_=sa.Text()),
-            metadata=json_param("new_metadata"),
+            metadata_json=verbatim_json_param("new_metadata"),
             is_default=sa.bindparam("new_is_default", type_=sa.Boolean()),
             # A marker parked by mark_interrupted before this session existed
             # shows now, if it was set in this exact scope.
@@ -150,6 +158,28 @@ def _insert_statement() -> sa.Insert:
 
 
 @cache
+def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
+    """The session holding a caller-chosen id in this tenant, and whether it is this create's.
+
+    "Same" means the same agent at the same exact scope with the same
+    title, metadata text and default flag: what a retry of this very call
+    would have created. Only then is the session returned; it is then
+    visible from the caller's scope anyway.
+    """
+    same = sa.and_(
+        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
+        sessions.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
+        sessions.c.title == sa.bindparam("new_title", type_=sa.Text()),
+        sa.bindparam("new_metadata", type_=sa.Text()) == METADATA_TEXT,
+        sessions.c.is_default == sa.bindparam("new_is_default", type_=sa.Boolean()),
+    )
+    return sa.select(*SESSION_COLUMNS, same.label("same")).where(
+        sessions.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
+        sessions.c.id == _id_param(),
+    )
+
+
+@cache
 def _select_statement(depth: int, for_update: bool) -> sa.Select[*tuple[Any, ...]]:
     stmt = sa.select(*SESSION_COLUMNS).where(visible(depth), sessions.c.id == _id_param())
     return stmt.with_for_update() if for_update else stmt
@@ -162,7 +192,9 @@ def _update_statement(depth: int) -> sa.Update:
         .where(visible(depth), sessions.c.id == _id_param())
         .values(
             title=sa.bindparam("new_title", type_=sa.Text()),
-            metadata=json_param("new_metadata"),
+            metadata_json=verbatim_json_param("new_metadata"),
+            # The jsonb copy of a legacy row is superseded: free it.
+            metadata=sa.text("'{}'::jsonb"),
             updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
         )
         .returning(*SESSION_COLUMNS)
@@ -174,15 +206,18 @@ def _delete_statement(depth: int) -> sa.ClauseElement:
     return (
         sa.delete(sessions)
         .where(visible(depth), sessions.c.id == _id_param())
-        .returning(sessions.c.id)
+        .returning(sessions.c.scope)
     )
 
 
 @cache
 def _delete_markers_statement() -> sa.Delete:
+    # The session's own markers: those at its scope. A marker another scope
+    # parked for the same id waits for a session of that scope, not this one.
     return sa.delete(session_markers).where(
         session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         session_markers.c.session_id == _id_param(),
+        session_markers.c.scope == sa.bindparam("deleted_scope", type_=sa.Text()),
     )
 
 
@@ -241,11 +276,28 @@ async def insert_session(
     title: str,
     metadata_json: str,
     is_default: bool,
+    caller_chosen_id: bool = False,
 ) -> Session:
     """Insert a session at exactly ``scope``.
 
+    A caller-chosen id may carry an interrupt marker parked before the
+    session exists: the id's advisory lock (:func:`lock_session_id`) is taken
+    first, so a concurrent ``mark_interrupted`` either committed before the
+    INSERT's snapshot (the session starts interrupted) or waits and then
+    finds the session. Generated ids are fresh UUIDv7s no marker can name.
+
+    ``caller_chosen_id``: the caller picked ``session_id``, so this may be a retry of
+    its own create whose reply was lost. If the id is taken by the session
+    this call would create (same agent, exact scope, title, metadata and
+    default flag), that session is returned and nothing is written. A taken
+    id otherwise is Conflict; the error names the id only, never anything of
+    the session holding it, which may live in a scope the caller cannot see.
+    Ids are unique per tenant, so that Conflict is all a caller learns:
+    that the id is in use somewhere in its tenant.
+
     Raises:
-        Conflict: the id is taken in this tenant, or (agent, scope) already has a default.
+        Conflict: the id is taken in this tenant by another session, or
+            (agent, scope) already has a default.
     """
     params = {
         "target_id": session_id,
@@ -255,14 +307,25 @@ async def insert_session(
         "new_is_default": is_default,
         **scope_columns(scope),
     }
+    taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
+    if caller_chosen_id:
+        await lock_session_id(conn, scope, session_id)
+        lookup = {k: v for k, v in params.items() if k not in ("new_scope_depth", "new_scope_l2")}
+        existing = (await conn.execute(_taken_statement(), lookup)).first()
+        if existing is not None:
+            if existing["same"]:
+                return row_to_session(existing)
+            raise Conflict(taken)
     try:
         row = (await conn.execute(_insert_statement(), params)).one()
     except asyncpg.UniqueViolationError as exc:
         if constraint_of(exc) == _UQ_DEFAULT:
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
-        raise Conflict(
-            f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
-        ) from exc
+        if caller_chosen_id:
+            # A concurrent create of this id committed while we inserted:
+            # run again, and the check above tells a retry from a clash.
+            raise RetryTransaction from exc
+        raise Conflict(taken) from exc
     return row_to_session(row)
 
 
@@ -308,11 +371,15 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
         NotFound: when the session is not visible.
     """
     params = {**scope_params(scope), "target_id": session_id}
-    if (await conn.execute(_delete_statement(depth_class(scope)), params)).first() is None:
+    deleted = (await conn.execute(_delete_statement(depth_class(scope)), params)).first()
+    if deleted is None:
         raise _not_found(session_id)
     # Markers have no foreign key (they may be parked before a session
-    # exists), so they go explicitly, in the same transaction.
-    await conn.execute(_delete_markers_statement(), params)
+    # exists), so they go explicitly, in the same transaction. A concurrent
+    # mark_interrupted writes its marker only under the session's row lock,
+    # which this DELETE holds: it committed before (and is deleted here) or
+    # it finds the session gone.
+    await conn.execute(_delete_markers_statement(), {**params, "deleted_scope": deleted.scope})
 
 
 async def select_page(
@@ -326,7 +393,9 @@ async def select_page(
 ) -> list[Session]:
     """One page of the listing, by offset or after a keyset cursor."""
     stmt = _page_statement(filter_shape(scope, flt), cursor=after is not None, offset=offset > 0)
-    params = {**filter_params(scope, flt), "limit": limit, "offset": offset}
+    params = {**filter_params(scope, flt), "limit": limit}
+    if offset > 0:
+        params["offset"] = offset
     if after is not None:
         params.update(cursor_params(*after))
     rows = (await conn.execute(stmt, params)).all()
@@ -357,10 +426,20 @@ async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
     }
     row = (await conn.execute(_resolve_insert_statement(), params)).first()
     if row is None:
-        row = (await conn.execute(_default_statement(), params)).first()
+        lookup = {**scope_params(scope), "new_agent_id": agent_id}
+        row = (await conn.execute(_default_statement(), lookup)).first()
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
+
+
+async def lock_session_id(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
+    """Take the transaction-scoped advisory lock on (tenant, session id).
+
+    Serialises what a row lock cannot, because the row may not exist yet: a
+    create with a caller-chosen id against markers parked for that id.
+    """
+    await conn.execute(_lock_statement(), {"lock_key": f"session {scope.tenant} {session_id}"})
 
 
 @cache
@@ -410,9 +489,12 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
     await conn.execute(_lock_statement(), {"lock_key": key})
     demote, promote = _switch_statements(depth_class(scope))
+    target_scope = scope_params(target.scope, key="target")
     params = {
         **scope_params(scope),
-        **scope_params(target.scope, key="target"),
+        # exact_clause(key="target") binds the tenant and the path only.
+        "target_tenant": target_scope["target_tenant"],
+        "target_path": target_scope["target_path"],
         "target_agent_id": target.agent_id,
         "target_id": session_id,
     }

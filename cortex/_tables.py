@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import JSON, JSONB, UUID
 
 __all__ = [
     "TENANT_SETTING",
@@ -63,8 +63,14 @@ sessions = sa.Table(
     sa.Column("scope_l2", sa.Text(collation=_C), nullable=True),
     # host-owned: stored verbatim; written by create_session and update_session only.
     sa.Column("title", sa.Text(), nullable=False, server_default=""),
-    # host-owned: JSON object stored verbatim, never parsed by cortex.
+    # host-owned, legacy: the metadata of rows last written before revision
+    # 20261201000009, as jsonb normalised it; '{}' on every row written since.
     sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # host-owned: the JSON object's text exactly as cortex serialised the
+    # host's value (json, unlike jsonb, keeps its input text); written by
+    # create_session and update_session only. NULL on rows written before
+    # revision 20261201000009, whose metadata is the jsonb column.
+    sa.Column("metadata_json", JSON(), nullable=True),
     # cortex/host: at most one true per (tenant_id, agent_id, scope), enforced by
     # uq_sessions_default; flipped only by set_default_session under an advisory lock.
     sa.Column("is_default", sa.Boolean(), nullable=False, server_default=sa.false()),
@@ -200,8 +206,12 @@ messages = sa.Table(
     sa.Column("requested_input", JSONB(), nullable=True),
     # host-owned: a FunctionResponse as JSON, or NULL.
     sa.Column("function_response", JSONB(), nullable=True),
-    # host-owned: JSON object stored verbatim.
+    # host-owned, legacy: metadata of rows written before revision
+    # 20261201000009, as jsonb normalised it; '{}' on rows written since.
     sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # host-owned: the JSON object's text exactly as cortex serialised it;
+    # written once, by the append. NULL on rows written before 20261201000009.
+    sa.Column("metadata_json", JSON(), nullable=True),
     # cortex-owned: the append's timestamp (equal to the session's new updated_at).
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     # legacy-owned: the pre-sessions conversation key. Set only on rows written

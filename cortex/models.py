@@ -7,22 +7,35 @@ written. This module must not import the database layer.
 
 from __future__ import annotations
 
-import json
+import uuid
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Final, Literal, TypeVar
+from functools import lru_cache, partial
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self, TypeVar, cast
 
-import jsonschema
-import jsonschema.exceptions
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+)
 
+from cortex._schemas import check_response_schema
+from cortex._validate import encode_json, invalid_input
 from cortex.errors import InvalidInput
+from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, parse_id
 from cortex.scope import Scope
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
+    "INT4_MAX",
     "MAX_AGENT_ID_LENGTH",
     "MAX_APPEND_BATCH",
+    "MAX_APPEND_BYTES",
     "MAX_CONTENT_BYTES",
     "MAX_JSON_BYTES",
     "MAX_LIST_LIMIT",
@@ -64,27 +77,167 @@ MAX_AUTHOR_LENGTH: Final = 128
 PREVIEW_LENGTH: Final = 256
 """Characters of the last message kept in Session.last_message."""
 
+INT4_MAX: Final = 2**31 - 1
+"""Largest value a PostgreSQL ``integer`` holds: a seq, an offset."""
+MAX_APPEND_BYTES: Final = 64 * 1024 * 1024
+"""UTF-8 bytes in one append_messages call: every message's content, author,
+metadata, requested input and function response, added up. One append is one
+statement; 64 MiB keeps it far from PostgreSQL's 1 GB protocol message limit
+(and from its 1 GB limit on one array value), and bounds the client's memory."""
+
 Role = Literal["user", "assistant", "system", "tool"]
 
 
-def invalid_input(exc: ValidationError) -> InvalidInput:
-    """Turn pydantic's error into one readable InvalidInput line naming the field."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in error["loc"]) or exc.title
-        cause = (error.get("ctx") or {}).get("error")
-        message = str(cause) if isinstance(cause, Exception) else error["msg"]
-        # The shared check_* helpers already name the field; keep the full path once.
-        field = str(error["loc"][-1]) if error["loc"] else ""
-        message = message.removeprefix(f"{field}: ")
-        parts.append(f"{loc}: {message}")
-    return InvalidInput("; ".join(parts))
+# --- field checks shared by the models and the store's arguments -------------
+#
+# Each check raises ValueError without the field's name; pydantic reports it
+# under the field (or parameter) it checked, and cortex._validate turns that
+# into one InvalidInput naming it.
+
+
+def _limited_text(max_length: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("NUL characters are not allowed")
+        if len(value) > max_length:
+            raise ValueError(f"at most {max_length} characters, got {len(value)}")
+        if not value.isascii():
+            _utf8_size(value)
+        return value
+
+    return check
+
+
+def _identifier(value: str) -> str:
+    if (
+        not value
+        or len(value) > MAX_AGENT_ID_LENGTH
+        or not value.isprintable()
+        or any(c.isspace() for c in value)
+    ):
+        raise ValueError(f"1 to {MAX_AGENT_ID_LENGTH} printable characters, no whitespace")
+    _limited_text(MAX_AGENT_ID_LENGTH)(value)
+    return value
+
+
+def _utf8_size(value: str) -> int:
+    if value.isascii():  # O(1) in CPython: no copy for the common case
+        return len(value)
+    try:
+        return len(value.encode())
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode (lone surrogate)") from None
+
+
+def _content(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    size = _utf8_size(value)
+    if size > MAX_CONTENT_BYTES:
+        raise ValueError(f"at most {MAX_CONTENT_BYTES} bytes, got {size}")
+    return value
+
+
+def _json(value: Any) -> Any:
+    encode_json(value, MAX_JSON_BYTES)
+    return value
+
+
+@lru_cache(maxsize=4096)
+def session_uuid(value: str) -> uuid.UUID:
+    """The uuid behind a ``ses_…`` id, parsed once for the validator and the store body.
+
+    Raises:
+        InvalidInput: a malformed or wrong-prefix id (refusals are not cached).
+    """
+    return parse_id(SESSION_PREFIX, value)
+
+
+def _session_id(value: str) -> str:
+    try:
+        session_uuid(value)
+    except InvalidInput as exc:
+        raise ValueError(str(exc).removeprefix("id: ")) from None
+    return value
+
+
+def _message_id(value: str) -> str:
+    try:
+        parse_id(MESSAGE_PREFIX, value)
+    except InvalidInput as exc:
+        raise ValueError(str(exc).removeprefix("id: ")) from None
+    return value
+
+
+# The argument and field types: strict (no int for a string, no "1" or True for
+# an int, no bytes for text), each with its limit.
+Title = Annotated[str, Strict(), AfterValidator(_limited_text(MAX_TITLE_LENGTH))]
+"""A title, an abort reason, an interrupt reason, a question's message: 0-1,000 characters."""
+Reason = Title
+Author = Annotated[str, Strict(), AfterValidator(_limited_text(MAX_AUTHOR_LENGTH))]
+"""A message author: 0-128 characters."""
+ShortText = Annotated[str, Strict(), AfterValidator(_limited_text(MAX_AGENT_ID_LENGTH))]
+AgentId = Annotated[str, Strict(), AfterValidator(_identifier)]
+"""An opaque id (agent, interrupt, function response): 1-128 printable characters, no whitespace."""
+InterruptId = AgentId
+SearchTerm = Annotated[str, Strict(), AfterValidator(_limited_text(MAX_SEARCH_LENGTH))]
+Content = Annotated[str, Strict(), AfterValidator(_content)]
+SessionId = Annotated[str, Strict(), AfterValidator(_session_id)]
+"""A ``ses_…`` TypeID."""
+MessageId = Annotated[str, Strict(), AfterValidator(_message_id)]
+"""A ``msg_…`` TypeID."""
+Metadata = Annotated[dict[str, Any], Strict(), AfterValidator(_json)]
+"""A JSON object of at most 64 KiB, string keys at every depth, stored verbatim."""
+JsonValue = Annotated[Any, AfterValidator(_json)]
+"""Any JSON value of at most 64 KiB (a payload, a response)."""
+Flag = Annotated[bool, Strict()]
+Seq = Annotated[int, Strict(), Field(ge=0, le=INT4_MAX)]
+"""A message position, 0 to 2**31 - 1 (PostgreSQL ``integer``)."""
+Offset = Seq
+BeforeSeq = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
+"""A position to read before: 1 to 2**31 - 1."""
+MessageLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_MESSAGE_LIMIT)]
+ListLimit = Annotated[int, Strict(), Field(ge=0, le=MAX_LIST_LIMIT)]
+
+
+def invalid(value: Any, field: str, check: Callable[[Any], Any]) -> Any:
+    """Run one field check outside a model; InvalidInput naming ``field`` if it fails."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise InvalidInput(f"{field}: {exc}") from None
+
+
+def check_text(value: str, field: str, max_length: int) -> str:
+    """Refuse NUL characters and more than ``max_length`` characters."""
+    return cast(str, invalid(value, field, _limited_text(max_length)))
+
+
+def check_identifier(value: str, field: str) -> str:
+    """An opaque id: 1-128 printable characters, no whitespace."""
+    return cast(str, invalid(value, field, _identifier))
+
+
+def check_json(value: Any, field: str) -> str:
+    """Serialise a JSON value compactly (the text that is stored), refusing what cortex cannot hold.
+
+    Returns the JSON text, so callers bind it without serialising twice.
+    """
+    return cast(str, invalid(value, field, partial(encode_json, max_bytes=MAX_JSON_BYTES)))
 
 
 class _Model(BaseModel):
-    """Base of the contract models: pydantic errors surface as InvalidInput."""
+    """Base of the contract models: pydantic errors surface as InvalidInput.
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    ``revalidate_instances``: a model passed to the store (or nested in
+    another) is validated again, so one built with ``model_construct`` or
+    changed with ``model_copy(update=...)`` cannot carry an unchecked value
+    past the boundary.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, revalidate_instances="always"
+    )
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -95,6 +248,30 @@ class _Model(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         try:
             super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise invalid_input(exc) from None
+
+    @classmethod
+    def model_validate(cls, *args: Any, **kwargs: Any) -> Self:
+        """Validate like pydantic; a refusal is InvalidInput naming the field."""
+        try:
+            return super().model_validate(*args, **kwargs)
+        except ValidationError as exc:
+            raise invalid_input(exc) from None
+
+    @classmethod
+    def model_validate_json(cls, *args: Any, **kwargs: Any) -> Self:
+        """Validate JSON like pydantic; a refusal is InvalidInput naming the field."""
+        try:
+            return super().model_validate_json(*args, **kwargs)
+        except ValidationError as exc:
+            raise invalid_input(exc) from None
+
+    @classmethod
+    def model_validate_strings(cls, *args: Any, **kwargs: Any) -> Self:
+        """Validate strings like pydantic; a refusal is InvalidInput naming the field."""
+        try:
+            return super().model_validate_strings(*args, **kwargs)
         except ValidationError as exc:
             raise invalid_input(exc) from None
 
@@ -118,60 +295,6 @@ def from_database(cls: type[M], values: dict[str, Any]) -> M:
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)
     return obj
-
-
-# --- field checks shared by the models and the store's plain arguments -------
-
-
-def check_text(value: str, field: str, max_length: int) -> str:
-    """Refuse NUL characters and more than ``max_length`` characters."""
-    if "\x00" in value:
-        raise InvalidInput(f"{field}: NUL characters are not allowed")
-    if len(value) > max_length:
-        raise InvalidInput(f"{field}: at most {max_length} characters, got {len(value)}")
-    _check_encodable(value, field)
-    return value
-
-
-def check_identifier(value: str, field: str) -> str:
-    """An opaque id: 1-128 printable characters, no whitespace."""
-    check_text(value, field, MAX_AGENT_ID_LENGTH)
-    if not value or not value.isprintable() or any(c.isspace() for c in value):
-        raise InvalidInput(
-            f"{field}: 1 to {MAX_AGENT_ID_LENGTH} printable characters, no whitespace"
-        )
-    return value
-
-
-def check_json(value: Any, field: str) -> str:
-    """Serialise a JSON value compactly, refusing what PostgreSQL's jsonb cannot hold.
-
-    Returns the JSON text, so callers bind it without serialising twice.
-    """
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidInput(f"{field}: not JSON-serialisable ({exc})") from None
-    # jsonb rejects the \u0000 escape, and so does text: refuse NUL in keys and values.
-    if "\\u0000" in text:
-        raise InvalidInput(f"{field}: NUL characters are not allowed")
-    size = len(_check_encodable(text, field).encode())
-    if size > MAX_JSON_BYTES:
-        raise InvalidInput(f"{field}: at most {MAX_JSON_BYTES} bytes of JSON, got {size}")
-    return text
-
-
-def _check_encodable(value: str, field: str) -> str:
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{field}: not valid Unicode (lone surrogate)") from None
-    return value
-
-
-def _check_metadata(value: dict[str, Any], field: str) -> dict[str, Any]:
-    check_json(value, field)
-    return value
 
 
 # --- sessions -----------------------------------------------------------------
@@ -202,9 +325,10 @@ class Session(_Model):
     # cortex-owned: the exact scope the session was created in; never changes.
     scope: Scope
     # host-owned: written by create_session and update_session only.
-    title: str = ""
-    # host-owned: a JSON object, stored verbatim, never parsed by cortex.
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    title: Title = ""
+    # host-owned: a JSON object, stored as the JSON text it serialises to and
+    # returned decoded from that text, so every value comes back as sent.
+    metadata: Metadata = Field(default_factory=dict)
     # cortex-owned: written only in the transaction that inserts messages.
     message_count: int = 0
     # cortex-owned: preview of the newest message, written with message_count.
@@ -224,16 +348,6 @@ class Session(_Model):
     # cortex-owned: moves on update_session and on every append.
     updated_at: datetime
 
-    @field_validator("title")
-    @classmethod
-    def _title(cls, value: str) -> str:
-        return check_text(value, "title", MAX_TITLE_LENGTH)
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _check_metadata(value, "metadata")
-
 
 class ListFilter(_Model):
     """Which sessions list_sessions, count_sessions and iter_sessions return.
@@ -241,37 +355,16 @@ class ListFilter(_Model):
     Every field is optional; the scope always comes from the context.
     """
 
-    agent_id: str | None = None
-    exact: bool = False
-    default_only: bool = False
-    search: str | None = None
+    agent_id: AgentId | None = None
+    exact: Flag = False
+    default_only: Flag = False
+    search: SearchTerm | None = None
     state: SessionState | None = None
-    limit: int = 0
-    offset: int = 0
-
-    @field_validator("agent_id")
-    @classmethod
-    def _agent(cls, value: str | None) -> str | None:
-        return None if value is None else check_identifier(value, "agent_id")
-
-    @field_validator("search")
-    @classmethod
-    def _search(cls, value: str | None) -> str | None:
-        return None if value is None else check_text(value, "search", MAX_SEARCH_LENGTH)
-
-    @field_validator("limit")
-    @classmethod
-    def _limit(cls, value: int) -> int:
-        if not 0 <= value <= MAX_LIST_LIMIT:
-            raise ValueError(f"must be 1 to {MAX_LIST_LIMIT} (0 means {DEFAULT_LIST_LIMIT})")
-        return value
-
-    @field_validator("offset")
-    @classmethod
-    def _offset(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError("must be 0 or more")
-        return value
+    # 1-1000; 0 means DEFAULT_LIST_LIMIT.
+    limit: ListLimit = 0
+    # 0 to 2**31 - 1: PostgreSQL's OFFSET takes a bigint, but no listing is
+    # that deep, and the bound keeps every integer cortex binds an int4.
+    offset: Offset = 0
 
     @property
     def page_size(self) -> int:
@@ -285,21 +378,11 @@ class ListFilter(_Model):
 class RequestedInput(_Model):
     """A question a message asks of a human; pending until answered."""
 
-    interrupt_id: str
-    message: str = ""
+    interrupt_id: InterruptId
+    message: Title = ""
     # A JSON Schema the answer must validate against, checked when appended.
     response_schema: dict[str, Any] | None = None
-    payload: Any = None
-
-    @field_validator("interrupt_id")
-    @classmethod
-    def _interrupt_id(cls, value: str) -> str:
-        return check_identifier(value, "interrupt_id")
-
-    @field_validator("message")
-    @classmethod
-    def _message(cls, value: str) -> str:
-        return check_text(value, "message", MAX_TITLE_LENGTH)
+    payload: JsonValue = None
 
     @field_validator("response_schema")
     @classmethod
@@ -307,76 +390,54 @@ class RequestedInput(_Model):
         if value is None:
             return None
         check_json(value, "response_schema")
-        try:
-            jsonschema.validators.validator_for(value).check_schema(value)
-        except jsonschema.exceptions.SchemaError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
-        return value
-
-    @field_validator("payload")
-    @classmethod
-    def _payload(cls, value: Any) -> Any:
-        check_json(value, "payload")
+        # Refused here, when asked, if answers could not be checked against it
+        # safely (see cortex._schemas): never discovered at resume.
+        check_response_schema(value)
         return value
 
 
 class FunctionResponse(_Model):
     """The answer to a requested input (``id`` equals its ``interrupt_id``)."""
 
-    id: str
-    name: str = ""
-    response: Any = Field(default_factory=dict)
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        return check_identifier(value, "id")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return check_text(value, "name", MAX_AGENT_ID_LENGTH)
-
-    @field_validator("response")
-    @classmethod
-    def _response(cls, value: Any) -> Any:
-        check_json(value, "response")
-        return value
+    id: InterruptId
+    name: ShortText = ""
+    response: JsonValue = Field(default_factory=dict)
 
 
 class NewMessage(_Model):
-    """A message to append; cortex assigns its id, seq and created_at."""
+    """A message to append; cortex assigns its seq and created_at (and its id, unless given).
+
+    ``id``: a caller-chosen ``msg_…`` id, the append's idempotency key. A
+    retried append whose messages carry the ids of an earlier, committed one
+    returns the stored messages instead of storing them again (see
+    :meth:`cortex.Store.append_messages`).
+    """
 
     role: Role
-    content: str = ""
-    author: str = ""
+    content: Content = ""
+    author: Author = ""
     requested_input: RequestedInput | None = None
     function_response: FunctionResponse | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
+    id: MessageId | None = None
 
-    def __init__(self, role: Role, content: str = "", **data: Any) -> None:
-        super().__init__(role=role, content=content, **data)
+    if TYPE_CHECKING:
 
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("NUL characters are not allowed")
-        size = len(_check_encodable(value, "content").encode())
-        if size > MAX_CONTENT_BYTES:
-            raise ValueError(f"at most {MAX_CONTENT_BYTES} bytes, got {size}")
-        return value
+        def __init__(self, role: Role, content: str = "", **data: Any) -> None: ...
 
-    @field_validator("author")
-    @classmethod
-    def _author(cls, value: str) -> str:
-        return check_text(value, "author", MAX_AUTHOR_LENGTH)
+    else:
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _check_metadata(value, "metadata")
+        def __init__(self, *args: Any, **data: Any) -> None:
+            # role and content may come by position; anything else (a missing
+            # role from model_validate, a third positional) is reported by
+            # pydantic or here as InvalidInput, never as TypeError.
+            if len(args) > 2:
+                raise InvalidInput("NewMessage: takes role and content by position, nothing more")
+            for name, value in zip(("role", "content"), args, strict=False):
+                if name in data:
+                    raise InvalidInput(f"{name}: given by position and by name")
+                data[name] = value
+            super().__init__(**data)
 
     def preview(self) -> str:
         """The bounded text a session shows as its ``last_message``."""

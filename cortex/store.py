@@ -1,7 +1,9 @@
 """``connect()`` and :class:`Store`: the public façade, one transaction per method.
 
-Each method validates its arguments (refusing bad input before any SQL runs),
-reads the scope from the context, and runs one function of
+Each method's arguments are validated against their annotated types by
+:func:`cortex._validate.boundary` before its body runs (a refusal is
+InvalidInput naming the parameter, before any SQL); the body reads the scope
+from the context, and runs one function of
 ``cortex._sessions``/``cortex._messages`` inside
 :func:`cortex._db.run_transaction`. The store holds only the engine, so one
 instance is safe to share across concurrent tasks: each call checks out its
@@ -10,11 +12,14 @@ own connection.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import logging
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from pydantic import BeforeValidator, Field
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,27 +27,40 @@ from cortex import _messages, _operator, _sessions
 from cortex._db import run_transaction
 from cortex._engine import check_schema, make_engine
 from cortex._executor import Tx
+from cortex._messages import SessionHistory
+from cortex._snapshot import read_snapshot
+from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound
-from cortex.ids import SESSION_PREFIX, new_uuid, parse_id
+from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
-    MAX_AUTHOR_LENGTH,
-    MAX_MESSAGE_LIMIT,
-    MAX_TITLE_LENGTH,
+    MAX_JSON_BYTES,
+    AgentId,
+    Author,
+    BeforeSeq,
+    Flag,
     FunctionResponse,
+    InterruptId,
+    JsonValue,
     ListFilter,
     Message,
+    MessageLimit,
+    Metadata,
     NewMessage,
+    Reason,
+    Seq,
     Session,
     SessionDetail,
-    check_identifier,
-    check_json,
-    check_text,
+    SessionId,
+    Title,
+    session_uuid,
 )
 from cortex.scope import Scope, current_scope
 
 __all__ = ["Store", "connect"]
+
+log = logging.getLogger("cortex")
 
 T = TypeVar("T")
 
@@ -62,27 +80,33 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
     """
     engine = make_engine(url, manual_transactions=True, **pool_options)
     try:
-        await check_schema(engine)
-        yield Store(engine)
+        bypasses = await check_schema(engine)
+        if bypasses:
+            log.warning(
+                "cortex is connected as %s, a superuser or BYPASSRLS role: row-level "
+                "security does not apply to it, so only cortex's own predicates keep "
+                "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
+                engine.url.username or "the login role",
+            )
+        yield Store(engine, bypasses_row_level_security=bypasses)
     finally:
         await engine.dispose()
 
 
-def _session_id(value: object) -> Any:
-    return parse_id(SESSION_PREFIX, value, field="session_id")
+def _sid(session_id: str, field: str = "session_id") -> uuid.UUID:
+    # Validated by the boundary, whose parse is cached: this only looks it up.
+    try:
+        return session_uuid(session_id)
+    except InvalidInput as exc:  # a Session's id is checked here, not by the boundary
+        raise InvalidInput(f"{field}: {str(exc).removeprefix('id: ')}") from None
 
 
-def _filter(flt: ListFilter | None) -> ListFilter:
-    if flt is None:
-        return ListFilter()
-    if not isinstance(flt, ListFilter):
-        raise InvalidInput(f"filter: expected a ListFilter, got {type(flt).__name__}")
-    return flt
-
-
-def _copy_filter(flt: ListFilter) -> ListFilter:
-    """Re-validate, in case the caller built the filter with model_construct."""
-    return ListFilter(**flt.model_dump())
+# Model arguments must be instances (a dict is a wrong type); each is validated
+# again all the same (see cortex.models._Model, revalidate_instances).
+Filter = Annotated[ListFilter | None, BeforeValidator(instance_of(ListFilter, none=True))]
+AMessage = Annotated[NewMessage, BeforeValidator(instance_of(NewMessage))]
+ASession = Annotated[Session, BeforeValidator(instance_of(Session))]
+Messages = Annotated[Sequence[AMessage], Field(min_length=1, max_length=MAX_APPEND_BATCH)]
 
 
 class Store:
@@ -92,13 +116,22 @@ class Store:
     beneath it. Nothing outside is ever read, written or hinted at.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, bypasses_row_level_security: bool = False) -> None:
         self._engine = engine
+        self._bypasses_rls = bypasses_row_level_security
 
     @property
     def engine(self) -> AsyncEngine:
         """The underlying SQLAlchemy engine (for health checks and tests)."""
         return self._engine
+
+    @property
+    def bypasses_row_level_security(self) -> bool:
+        """Whether the login role is a superuser or BYPASSRLS: the database's wall is then off.
+
+        ``connect()`` logs a warning when it is (logger ``cortex``).
+        """
+        return self._bypasses_rls
 
     async def _run(
         self,
@@ -113,14 +146,15 @@ class Store:
 
     # --- sessions -------------------------------------------------------------
 
+    @boundary
     async def create_session(
         self,
-        agent_id: str,
+        agent_id: AgentId,
         *,
-        title: str = "",
-        metadata: dict[str, Any] | None = None,
-        is_default: bool = False,
-        session_id: str | None = None,
+        title: Title = "",
+        metadata: Metadata | None = None,
+        is_default: Flag = False,
+        session_id: SessionId | None = None,
     ) -> Session:
         """Create a session at exactly the current scope.
 
@@ -129,20 +163,19 @@ class Store:
             title: up to 1,000 characters.
             metadata: a JSON object of at most 64 KiB, stored verbatim.
             is_default: make it the default of (agent, scope); refused if one exists.
-            session_id: a caller-chosen ``ses_…`` id, for idempotent retries.
+            session_id: a caller-chosen ``ses_…`` id. Retrying a create whose
+                reply was lost is safe: if the id holds the session this call
+                would create (same agent, exact scope, title, metadata and
+                default flag), that session is returned.
 
         Raises:
             InvalidInput: a limit is broken; nothing is written.
-            Conflict: the id is taken in this tenant, or a default already exists.
+            Conflict: the id is taken in this tenant by another session (the
+                error says only that), or a default already exists.
         """
         scope = current_scope()
-        check_identifier(agent_id, "agent_id")
-        check_text(title, "title", MAX_TITLE_LENGTH)
-        meta = {} if metadata is None else metadata
-        if not isinstance(meta, dict):
-            raise InvalidInput("metadata: expected a JSON object")
-        metadata_json = check_json(meta, "metadata")
-        sid = new_uuid() if session_id is None else _session_id(session_id)
+        metadata_json = encode_json(metadata or {}, MAX_JSON_BYTES)
+        sid = new_uuid() if session_id is None else _sid(session_id)
         return await self._run(
             scope,
             lambda conn: _sessions.insert_session(
@@ -152,60 +185,62 @@ class Store:
                 agent_id=agent_id,
                 title=title,
                 metadata_json=metadata_json,
-                is_default=bool(is_default),
+                is_default=is_default,
+                caller_chosen_id=session_id is not None,
             ),
         )
 
-    async def get_session(self, session_id: str) -> Session:
+    @boundary
+    async def get_session(self, session_id: SessionId) -> Session:
         """The session, if visible from the current scope.
 
         Raises:
             NotFound: missing, or outside the current scope.
             InvalidInput: a malformed id.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
 
-    async def update_session(self, session: Session) -> Session:
+    @boundary
+    async def update_session(self, session: ASession) -> Session:
         """Write ``session.title`` and ``session.metadata``; every other field is ignored.
 
         Counters, scope, ``is_default`` and ``backfilled_by`` cannot change
-        through this call. ``updated_at`` moves.
+        through this call. ``updated_at`` moves. Any session this store
+        returned can be written back unchanged: its metadata decodes to the
+        value that was stored and serialises to the same text.
 
         Raises:
             NotFound: the session is not visible.
             InvalidInput: a limit is broken; nothing is written.
         """
-        if not isinstance(session, Session):
-            raise InvalidInput(f"session: expected a Session, got {type(session).__name__}")
-        scope, sid = current_scope(), _session_id(session.id)
-        title = check_text(session.title, "title", MAX_TITLE_LENGTH)
-        if not isinstance(session.metadata, dict):
-            raise InvalidInput("metadata: expected a JSON object")
-        metadata_json = check_json(session.metadata, "metadata")
+        scope, sid = current_scope(), _sid(session.id, "session.id")
+        metadata_json = encode_json(session.metadata, MAX_JSON_BYTES)
         return await self._run(
             scope,
             lambda conn: _sessions.update_session(
-                conn, scope, sid, title=title, metadata_json=metadata_json
+                conn, scope, sid, title=session.title, metadata_json=metadata_json
             ),
         )
 
-    async def delete_session(self, session_id: str) -> None:
+    @boundary
+    async def delete_session(self, session_id: SessionId) -> None:
         """Delete a visible session with its messages.
 
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _sessions.delete_session(conn, scope, sid))
 
-    async def list_sessions(self, filter: ListFilter | None = None) -> list[Session]:
+    @boundary
+    async def list_sessions(self, filter: Filter = None) -> list[Session]:
         """One page of visible sessions, newest activity first (then id).
 
         Raises:
             InvalidInput: the filter breaks a limit.
         """
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope,
             lambda conn: _sessions.select_page(
@@ -214,44 +249,69 @@ class Store:
             flt=flt,
         )
 
-    async def count_sessions(self, filter: ListFilter | None = None) -> int:
+    @boundary
+    async def count_sessions(self, filter: Filter = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope, lambda conn: _sessions.count_sessions(conn, scope, flt), flt=flt
         )
 
-    async def iter_sessions(self, filter: ListFilter | None = None) -> AsyncIterator[Session]:
-        """Every matching session in list order, fetched page by page.
+    @boundary
+    def iter_sessions(self, filter: Filter = None) -> AsyncGenerator[Session, None]:
+        """Every session that matched when the walk began, each exactly once, in list order.
 
-        Pages follow a keyset cursor on (updated_at, id), so each page costs
-        the same however deep the iteration goes. ``limit`` is the page size.
-        Each page is its own short transaction: a session that gets a message
-        while the iteration runs moves to the top and is not seen again.
+        The walk reads every page in one ``REPEATABLE READ READ ONLY``
+        transaction, so all pages see the same snapshot: sessions that get
+        messages, are updated or are deleted during the walk are still
+        yielded once, where they stood when it began (with the values they
+        had then); sessions created during the walk are not yielded. Pages
+        follow a keyset cursor on (updated_at, id), one index scan each, so
+        a page costs the same however deep the walk goes; ``limit`` is the
+        page size.
+
+        The walk holds one pooled connection and one open (read-only)
+        transaction from the first page until it is exhausted, closed
+        (``aclose()``, ``break`` out of ``async for`` in an
+        ``aclosing()`` block) or garbage collected. A slow consumer keeps
+        that transaction open: it holds back vacuum's horizon, and a
+        server-side ``idle_in_transaction_session_timeout`` ends the walk
+        with DatabaseUnavailable.
 
         Raises:
-            InvalidInput: ``offset`` is not 0, or the filter breaks a limit.
+            InvalidInput: ``offset`` is not 0, or the filter breaks a limit
+                (raised by this call, before iteration).
         """
-        scope, flt = current_scope(), _copy_filter(_filter(filter))
+        flt = filter or ListFilter()
         if flt.offset:
             raise InvalidInput("offset: iter_sessions pages with a cursor; offset must be 0")
-        after: tuple[Any, Any] | None = None
-        while True:
-            batch = await self._run(
-                scope,
-                partial(
-                    _sessions.select_page, scope=scope, flt=flt, limit=flt.page_size, after=after
-                ),
-                flt=flt,
-            )
-            for session in batch:
-                yield session
-            if len(batch) < flt.page_size:
-                return
-            last = batch[-1]
-            after = (last.updated_at, _session_id(last.id))
+        return self._walk(flt)
 
-    async def resolve_session(self, agent_id: str, session_id: str | None = None) -> Session:
+    async def _walk(self, flt: ListFilter) -> AsyncGenerator[Session, None]:
+        scope = current_scope()
+        after: tuple[Any, Any] | None = None
+        async with read_snapshot(self._engine, scope, custom_plans=bool(flt.search)) as snap:
+            while True:
+                batch = await snap.run(
+                    partial(
+                        _sessions.select_page,
+                        scope=scope,
+                        flt=flt,
+                        limit=flt.page_size,
+                        after=after,
+                    )
+                )
+                for session in batch:
+                    yield session
+                if len(batch) < flt.page_size:
+                    return
+                last = batch[-1]
+                after = (last.updated_at, _sid(last.id))
+
+    @boundary
+    async def resolve_session(
+        self, agent_id: AgentId, session_id: SessionId | None = None
+    ) -> Session:
         """The session a run of ``agent_id`` uses.
 
         With ``session_id``: that session, which must be visible and belong to
@@ -262,18 +322,18 @@ class Store:
             NotFound: the named session is not visible or belongs to another agent.
         """
         scope = current_scope()
-        check_identifier(agent_id, "agent_id")
         if session_id is None:
             return await self._run(
                 scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id)
             )
-        sid = _session_id(session_id)
+        sid = _sid(session_id)
         session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
         if session.agent_id != agent_id:
             raise NotFound(f"session {session_id} not found")
         return session
 
-    async def set_default_session(self, session_id: str) -> Session:
+    @boundary
+    async def set_default_session(self, session_id: SessionId) -> Session:
         """Make the session the default of its (agent, scope), atomically.
 
         The previous default is demoted in the same transaction: at no moment
@@ -282,60 +342,59 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _sessions.set_default(conn, scope, sid))
 
     # --- messages -------------------------------------------------------------
 
-    async def append_messages(
-        self, session_id: str, messages: Sequence[NewMessage]
-    ) -> list[Message]:
+    @boundary
+    async def append_messages(self, session_id: SessionId, messages: Messages) -> list[Message]:
         """Append messages in one transaction: all rows or none.
 
         ``message_count`` rises by their number, ``last_message`` becomes a
         preview of the last one, ``updated_at`` moves. Concurrent appends to one
         session get distinct, gap-free ``seq``s; the count always equals the rows.
 
+        Safe retries: give every message an id (``NewMessage(..., id="msg_…")``,
+        e.g. ``cortex.ids.format_id("msg", cortex.ids.new_uuid())``) and retry
+        the same batch after an ambiguous failure (DatabaseUnavailable,
+        OperationTimeout, a cancellation): if the first attempt committed,
+        the retry returns the stored messages and writes nothing.
+
         Raises:
             NotFound: the session is not visible.
-            InvalidInput: no messages, more than 1,000, or a limit is broken.
+            InvalidInput: no messages, more than 1,000, more than
+                MAX_APPEND_BYTES (64 MiB) in all, one id twice, or a limit is broken.
+            Conflict: a message id is stored already, in another session or
+                with other content, or only part of the batch is stored.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        batch = list(messages)
-        if not 1 <= len(batch) <= MAX_APPEND_BATCH:
-            raise InvalidInput(f"messages: 1 to {MAX_APPEND_BATCH} per call, got {len(batch)}")
-        for message in batch:
-            if not isinstance(message, NewMessage):
-                raise InvalidInput(f"messages: expected NewMessage, got {type(message).__name__}")
-        # Re-validate: a model built with model_construct skipped its checks.
-        batch = [NewMessage(**m.model_dump()) for m in batch]
+        scope, sid = current_scope(), _sid(session_id)
+        batch = _messages.encode_batch(list(messages))
         return await self._run(
             scope, lambda conn: _messages.append_messages(conn, scope, sid, batch)
         )
 
-    async def append_message(self, session_id: str, message: NewMessage) -> Message:
+    @boundary
+    async def append_message(self, session_id: SessionId, message: AMessage) -> Message:
         """Append one message; see :meth:`append_messages`."""
         (stored,) = await self.append_messages(session_id, [message])
         return stored
 
+    @boundary
     async def list_messages(
-        self, session_id: str, *, after_seq: int = 0, limit: int = DEFAULT_MESSAGE_LIMIT
+        self,
+        session_id: SessionId,
+        *,
+        after_seq: Seq = 0,
+        limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
     ) -> list[Message]:
         """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000).
 
         Raises:
             NotFound: the session is not visible.
-            InvalidInput: ``after_seq`` < 0 or ``limit`` out of range.
+            InvalidInput: ``after_seq`` outside 0 to 2**31 - 1, or ``limit`` out of range.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
-            raise InvalidInput("after_seq: must be an integer, 0 or more")
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_MESSAGE_LIMIT
-        ):
-            raise InvalidInput(f"limit: must be 1 to {MAX_MESSAGE_LIMIT}")
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(
             scope,
             lambda conn: _messages.list_messages(
@@ -343,9 +402,56 @@ class Store:
             ),
         )
 
+    @boundary
+    async def recent_messages(
+        self,
+        session_id: SessionId,
+        *,
+        limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
+        before_seq: BeforeSeq | None = None,
+    ) -> list[Message]:
+        """The newest ``limit`` messages (1-1000), oldest first: an agent's context window.
+
+        With ``before_seq``, the newest ``limit`` messages older than that
+        position, so ``before_seq=page[0].seq`` pages backwards until an empty
+        page. Each page is one index scan of ``limit`` rows, whatever the
+        conversation's length.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range, or ``before_seq`` not 1 to 2**31-1.
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        bound = _messages.SEQ_END if before_seq is None else before_seq
+        return await self._run(
+            scope,
+            lambda conn: _messages.recent_messages(conn, scope, sid, before_seq=bound, limit=limit),
+        )
+
+    @boundary
+    async def get_session_with_messages(
+        self, session_id: SessionId, *, limit: MessageLimit = DEFAULT_MESSAGE_LIMIT
+    ) -> SessionHistory:
+        """The session and its newest ``limit`` messages (oldest first), in one read.
+
+        Both come from one snapshot: ``session.message_count`` equals the
+        ``seq`` of the last message returned, even while appends commit.
+        Unpack it as ``session, messages = await store.get_session_with_messages(id)``.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``limit`` out of range (1-1000).
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        return await self._run(
+            scope,
+            lambda conn: _messages.select_session_with_messages(conn, scope, sid, limit=limit),
+        )
+
     # --- operator surface -------------------------------------------------------
 
-    async def inspect_session(self, session_id: str) -> SessionDetail:
+    @boundary
+    async def inspect_session(self, session_id: SessionId) -> SessionDetail:
         """The session with its state, every pending input and the marker reasons.
 
         An aborted session reports no pending inputs.
@@ -353,10 +459,11 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _session_id(session_id)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _operator.inspect(conn, scope, sid))
 
-    async def abort_session(self, session_id: str, reason: str) -> Session:
+    @boundary
+    async def abort_session(self, session_id: SessionId, reason: Reason) -> Session:
         """Write a durable abort marker (not preemption); pending inputs are cleared.
 
         Raises:
@@ -364,12 +471,17 @@ class Store:
             AlreadyAborted: it was aborted before.
             InvalidInput: ``reason`` breaks a limit.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        scope, sid = current_scope(), _sid(session_id)
         return await self._run(scope, lambda conn: _operator.abort(conn, scope, sid, reason))
 
+    @boundary
     async def resume(
-        self, session_id: str, interrupt_id: str, response: Any, *, author: str = ""
+        self,
+        session_id: SessionId,
+        interrupt_id: InterruptId,
+        response: JsonValue,
+        *,
+        author: Author = "",
     ) -> Message:
         """Answer a pending input: append a function response, checked in one transaction.
 
@@ -384,37 +496,58 @@ class Store:
             InvalidInput: ``response`` fails the response schema (naming the
                 failing path) or breaks a limit.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_identifier(interrupt_id, "interrupt_id")
-        check_text(author, "author", MAX_AUTHOR_LENGTH)
-        check_json(response, "response")
+        scope, sid = current_scope(), _sid(session_id)
         answer = NewMessage(
             "user",
             author=author,
             function_response=FunctionResponse(id=interrupt_id, response=response),
         )
+        batch = _messages.encode_batch([answer])
+
+        # The answer is checked against its schemas before the session's row
+        # lock is taken, with no transaction open: however long validation
+        # takes (bounded by cortex._schemas), it holds nothing anyone waits on.
+        schemas = await self._run(
+            scope, lambda conn: _operator.pending_schemas(conn, scope, sid, interrupt_id)
+        )
+        _operator.check_answer(response, schemas)
 
         async def body(conn: Tx) -> Message:
-            await _operator.check_resumable(conn, scope, sid, interrupt_id, response)
-            (stored,) = await _messages.append_messages(conn, scope, sid, [answer])
+            await _operator.check_resumable(
+                conn, scope, sid, interrupt_id, response, checked=schemas
+            )
+            (stored,) = await _messages.append_messages(conn, scope, sid, batch)
             return stored
 
         return await self._run(scope, body)
 
-    async def mark_interrupted(self, session_id: str, reason: str) -> None:
+    @boundary
+    async def mark_interrupted(self, session_id: SessionId, reason: Reason) -> None:
         """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
 
         The session need not exist yet: the marker waits, and shows once a
-        session with this id is created in the current scope.
+        session with this id is created in the current scope. Concurrency:
+        whatever the interleaving, a marker set on a session that is being
+        deleted goes with it, and one set for an id being created shows on
+        the new session.
 
         Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is written).
+            Conflict: no session has this id, and another scope parked a
+                marker for it.
             InvalidInput: ``reason`` breaks a limit or the id is malformed.
         """
-        scope, sid = current_scope(), _session_id(session_id)
-        check_text(reason, "reason", MAX_TITLE_LENGTH)
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _operator.mark_interrupted(conn, scope, sid, reason))
 
-    async def clear_interrupted(self, session_id: str) -> None:
-        """Clear the interrupt marker when the turn completes; a no-op if there is none."""
-        scope, sid = current_scope(), _session_id(session_id)
+    @boundary
+    async def clear_interrupted(self, session_id: SessionId) -> None:
+        """Clear the interrupt marker when the turn completes; a no-op if there is none.
+
+        Raises:
+            NotFound: a session with this id exists, but not in this scope or
+                beneath it (nothing is changed).
+        """
+        scope, sid = current_scope(), _sid(session_id)
         await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))

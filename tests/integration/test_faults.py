@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import anyio
 import asyncpg
@@ -24,29 +22,10 @@ from cortex import (
 from cortex._db import MAX_ATTEMPTS, run_transaction
 from cortex._executor import Tx
 from tests.conftest import Database, admin, with_database
+from tests.faults import row_locked, stored_counts, wait_until_no_backends
 from tests.figures import record
 
 pytestmark = pytest.mark.anyio
-
-
-@asynccontextmanager
-async def row_locked(owner_conn: asyncpg.Connection, tenant: str) -> AsyncIterator[None]:
-    """Hold the tenant's session rows locked, so an append blocks on them."""
-    tx = owner_conn.transaction()
-    await tx.start()
-    await owner_conn.execute("SELECT 1 FROM sessions WHERE tenant_id = $1 FOR UPDATE", tenant)
-    try:
-        yield
-    finally:
-        await tx.rollback()
-
-
-async def _state(owner_conn: asyncpg.Connection, tenant: str) -> tuple[int, int]:
-    count = await owner_conn.fetchval(
-        "SELECT coalesce(sum(message_count), 0) FROM sessions WHERE tenant_id = $1", tenant
-    )
-    rows = await owner_conn.fetchval("SELECT count(*) FROM messages WHERE tenant_id = $1", tenant)
-    return int(count), int(rows)
 
 
 async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int = 5) -> None:
@@ -98,7 +77,7 @@ async def test_pool_exhaustion_is_a_clear_error(
                 with pytest.raises(DatabaseUnavailable, match="pool"):
                     await store.get_session(s.id)
                 record("faults: pool exhaustion")
-        assert await _state(owner_conn, tenant) == (1, 1)
+        assert await stored_counts(owner_conn, tenant) == (1, 1)
         await _healthy(store, tenant, s.id)
 
 
@@ -114,9 +93,9 @@ async def test_statement_timeout(
                 with pytest.raises(OperationTimeout):
                     await store.append_message(s.id, NewMessage("user", "late"))
                 record("faults: statement timeouts")
-        assert await _state(owner_conn, tenant) == (0, 0)
+        assert await stored_counts(owner_conn, tenant) == (0, 0)
         await _healthy(store, tenant, s.id)
-        assert await _state(owner_conn, tenant) == (5, 5)
+        assert await stored_counts(owner_conn, tenant) == (5, 5)
 
 
 async def test_backend_killed_mid_transaction(
@@ -150,7 +129,7 @@ async def test_backend_killed_mid_transaction(
             assert len(failures) == 1
             assert isinstance(failures[0], DatabaseUnavailable)
             assert not isinstance(failures[0].__cause__, cortex.CortexError)
-        assert await _state(owner_conn, tenant) == (0, 0)
+        assert await stored_counts(owner_conn, tenant) == (0, 0)
         await _healthy(store, tenant, s.id, times=10)
 
 
@@ -165,13 +144,13 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
                     with anyio.move_on_after(0.1 + delay) as scope:
                         await store.append_message(s.id, NewMessage("user", "cancelled"))
                     assert scope.cancelled_caught
-            assert await _state(owner_conn, tenant) == (0, 0)
+            assert await stored_counts(owner_conn, tenant) == (0, 0)
             # Cancel at random points of unblocked appends: each either fully lands or not at all.
             for i in range(60):
                 with anyio.move_on_after(random.uniform(0, 0.006) if i % 2 else i * 0.0002):
                     await store.append_message(s.id, NewMessage("user", "maybe"))
                 record("faults: callers cancelled at random points")
-        count, rows = await _state(owner_conn, tenant)
+        count, rows = await stored_counts(owner_conn, tenant)
         assert count == rows
         # No pooled connection sits inside an open or failed transaction.
         stuck = await owner_conn.fetchval(
@@ -181,7 +160,7 @@ async def test_cancelled_callers_write_nothing_and_pool_stays_clean(
         )
         assert stuck == 0
         await _healthy(store, tenant, s.id, times=10)
-        assert (await _state(owner_conn, tenant))[1] == rows + 10
+        assert (await stored_counts(owner_conn, tenant))[1] == rows + 10
 
 
 async def test_serialization_failures_are_retried(store: cortex.Store) -> None:
@@ -301,7 +280,7 @@ async def test_backends_killed_during_concurrent_appends(
     lost = [t for t in acked if t not in stored]
     record("acknowledged writes lost", len(lost))
     assert lost == []
-    count, rows = await _state(owner_conn, tenant)
+    count, rows = await stored_counts(owner_conn, tenant)
     assert count == rows
     gaps = await owner_conn.fetchval(
         "SELECT count(*) FROM (SELECT session_id FROM messages WHERE tenant_id = $1 "
@@ -311,23 +290,74 @@ async def test_backends_killed_during_concurrent_appends(
     assert gaps == 0
 
 
+async def _fill_pool(store: cortex.Store, size: int) -> None:
+    """Open ``size`` pooled connections at once, then leave them idle in the pool."""
+    conns = [await store.engine.connect() for _ in range(size)]
+    for conn in conns:
+        await conn.get_raw_connection()
+    for conn in conns:
+        await conn.close()
+
+
+@pytest.mark.parametrize("pool_size", [1, 2, 5, 8])
+@pytest.mark.parametrize("reaper", ["terminate", "idle_session_timeout"])
 @pytest.mark.parametrize("pre_ping", [True, False])
 async def test_idle_connections_reaped_by_the_server(
-    database: Database, tenant: str, owner_conn: asyncpg.Connection, pre_ping: bool
+    database: Database,
+    tenant: str,
+    owner_conn: asyncpg.Connection,
+    pre_ping: bool,
+    reaper: str,
+    pool_size: int,
 ) -> None:
-    # What a managed PostgreSQL does to connections idle through a long agent turn.
-    async with cortex.connect(database.app_url, pool_size=2, pool_pre_ping=pre_ping) as store:
+    # What a managed PostgreSQL does to connections idle through a long agent
+    # turn: every pooled connection is gone, and the pool (FIFO) hands out
+    # the dead ones one after another.
+    settings = {"idle_session_timeout": "300"} if reaper == "idle_session_timeout" else {}
+    async with cortex.connect(
+        database.app_url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_pre_ping=pre_ping,
+        connect_args={"server_settings": settings},
+    ) as store:
         with use_scope(tenant):
             s = await store.create_session("bot")
-        await owner_conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
-            database.app_role,
-        )
-        await anyio.sleep(0.1)
+        await _fill_pool(store, pool_size)
+        if reaper == "terminate":
+            await owner_conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                database.app_role,
+            )
+        await wait_until_no_backends(owner_conn, database.app_role)
         with use_scope(tenant):
-            # With the ping, the pool replaces the dead connection at checkout;
-            # without it, cortex sees BEGIN fail (nothing written yet) and runs
-            # the call again on a fresh connection. Either way: no error.
+            # With the ping, the pool replaces each dead connection at
+            # checkout; without it, cortex sees BEGIN fail (nothing written
+            # yet) and runs the call again on the next connection, until a
+            # new one. Either way: no error.
             await store.append_message(s.id, NewMessage("user", "after the reaping"))
             assert (await store.get_session(s.id)).message_count == 1
             record("faults: idle pooled connections reaped by the server")
+
+
+async def test_reaped_pool_and_no_new_connection_is_a_clear_error(
+    database: Database, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    # Replacing dead pooled connections ends where a new connection fails.
+    async with cortex.connect(database.app_url, pool_size=5, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        await _fill_pool(store, 5)
+        await owner_conn.execute(f'ALTER ROLE "{database.app_role}" NOLOGIN')
+        try:
+            await owner_conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                database.app_role,
+            )
+            await wait_until_no_backends(owner_conn, database.app_role)
+            with use_scope(tenant), pytest.raises(DatabaseUnavailable, match="login"):
+                await store.get_session(s.id)
+        finally:
+            await owner_conn.execute(f'ALTER ROLE "{database.app_role}" LOGIN')
+        with use_scope(tenant):
+            assert (await store.get_session(s.id)).message_count == 0

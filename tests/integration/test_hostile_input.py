@@ -1,8 +1,12 @@
 """Fuzz every public input: each call succeeds or raises InvalidInput/NotFound, and a refused call writes nothing.
 
 Hypothesis draws ids, scopes, titles, metadata (deep nesting, huge numbers,
-NaN, NUL, lone surrogates), search strings, message content, response schemas
-and payloads. A raw driver error, or any other exception, fails the test.
+NaN, NUL, lone surrogates, non-string keys), search strings, message content,
+response schemas and payloads, and for every parameter also values of the
+wrong type: every JSON type, None, bytes, huge ints, floats, nested lists and
+dicts, arbitrary objects. A raw driver error, a TypeError, pydantic's
+ValidationError or any other exception fails the test. The figures count the
+arguments drawn by type.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from hypothesis import strategies as st
 
 import cortex
 from cortex import (
+    Conflict,
+    CortexError,
     FunctionResponse,
     InvalidInput,
     ListFilter,
@@ -68,6 +74,65 @@ def deep(n: int) -> Any:
 metadata = st.dictionaries(text, json_values, max_size=5) | st.sampled_from(
     [{"deep": deep(3000)}, {"big": "x" * 70_000}, {"\x00": 1}]
 )
+
+
+class Opaque:
+    """Not JSON, not a string, not anything cortex takes."""
+
+    def __repr__(self) -> str:
+        return "Opaque()"
+
+
+# Values of every type, for parameters that expect something else.
+anything = (
+    json_values
+    | st.binary(max_size=20)
+    | st.sampled_from([2**31, 2**31 - 1, -(2**31) - 1, 2**63, -1, 0, 1.0, -0.0, 1e300, True])
+    | st.builds(lambda: 10**5000)
+    | st.builds(Opaque)
+    | st.dictionaries(
+        st.integers() | st.none() | st.booleans(), json_values, min_size=1, max_size=3
+    )
+    | st.lists(st.lists(json_values, max_size=3), max_size=3)
+    | st.tuples(text, st.integers())
+    | st.builds(lambda: {"k": {1: "a", "1": "b"}})
+)
+
+
+def wild(expected: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Two times in three the expected kind of value, else anything at all.
+
+    (``expected | anything`` would flatten into one choice among all of
+    anything's branches, and rarely draw the expected kind.)
+    """
+    return st.integers(0, 2).flatmap(lambda pick: anything if pick == 0 else expected)
+
+
+def kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "huge int" if abs(value) >= 2**31 else "int"
+    for cls, name in (
+        (float, "float"),
+        (str, "str"),
+        (bytes, "bytes"),
+        (dict, "dict"),
+        (list, "list"),
+        (tuple, "tuple"),
+    ):
+        if isinstance(value, cls):
+            return name
+    return "other object"
+
+
+def drawn(*values: Any) -> None:
+    for value in values:
+        record(f"hostile inputs: arguments drawn of type {kind(value)}")
+
+
 ids = (
     text
     | st.builds(lambda: format_id("ses", new_uuid()))
@@ -114,8 +179,17 @@ class Fuzz:
 
         return self.portal.call(read)
 
-    def check(self, call: Callable[[cortex.Store], Awaitable[Any]], scope: str = TENANT) -> str:
-        """Run ``call`` in ``scope``; return "ok", "invalid" or "notfound"."""
+    def check(
+        self,
+        call: Callable[[cortex.Store], Awaitable[Any]],
+        scope: str = TENANT,
+        also: tuple[type[CortexError], ...] = (),
+    ) -> str:
+        """Run ``call`` in ``scope``; return "ok", "invalid", "notfound" or "refused".
+
+        ``also``: further cortex errors this call may answer with (a taken
+        id is Conflict); anything else fails the test.
+        """
         before = self.footprint()
 
         async def go() -> str:
@@ -126,6 +200,8 @@ class Fuzz:
                 return "invalid"
             except NotFound:
                 return "notfound"
+            except also:
+                return "refused"
             return "ok"
 
         outcome = self.portal.call(go)
@@ -137,16 +213,29 @@ class Fuzz:
 
 
 @FUZZ
-@given(agent=text, title=text, meta=metadata, session_id=st.none() | ids)
+@given(
+    agent=wild(text),
+    title=wild(text),
+    meta=wild(metadata),
+    is_default=wild(st.booleans()),
+    session_id=wild(st.none() | ids),
+)
 def test_create_session(
-    fuzz: Fuzz, agent: str, title: str, meta: Any, session_id: str | None
+    fuzz: Fuzz, agent: Any, title: Any, meta: Any, is_default: Any, session_id: Any
 ) -> None:
-    fuzz.check(lambda s: s.create_session(agent, title=title, metadata=meta, session_id=session_id))
+    drawn(agent, title, meta, is_default, session_id)
+    fuzz.check(
+        lambda s: s.create_session(
+            agent, title=title, metadata=meta, is_default=is_default, session_id=session_id
+        ),
+        also=(Conflict,),
+    )
 
 
 @FUZZ
-@given(session_id=ids)
-def test_id_taking_calls(fuzz: Fuzz, session_id: str) -> None:
+@given(session_id=wild(ids))
+def test_id_taking_calls(fuzz: Fuzz, session_id: Any) -> None:
+    drawn(session_id)
     for call in (
         lambda s: s.get_session(session_id),
         lambda s: (
@@ -173,39 +262,70 @@ def test_scopes(fuzz: Fuzz, path: str) -> None:
 
 
 @FUZZ
-@given(term=text, agent=st.none() | text, limit=st.integers(-5, 1005), offset=st.integers(-5, 10))
-def test_listing(fuzz: Fuzz, term: str, agent: str | None, limit: int, offset: int) -> None:
-    def flt() -> ListFilter:
-        return ListFilter(search=term, agent_id=agent, limit=limit, offset=offset)
+@given(
+    term=wild(text),
+    agent=wild(st.none() | text),
+    limit=wild(st.integers(-5, 1005)),
+    offset=wild(st.integers(-5, 10)),
+    exact=wild(st.booleans()),
+    flt=st.none() | anything,
+)
+def test_listing(
+    fuzz: Fuzz, term: Any, agent: Any, limit: Any, offset: Any, exact: Any, flt: Any
+) -> None:
+    drawn(term, agent, limit, offset, exact, flt)
+
+    def build() -> ListFilter:
+        return ListFilter(search=term, agent_id=agent, limit=limit, offset=offset, exact=exact)
 
     async def listing(store: cortex.Store) -> None:
-        await store.list_sessions(flt())
-        await store.count_sessions(flt())
+        await store.list_sessions(build())
+        await store.count_sessions(build())
+
+    async def walk(store: cortex.Store) -> None:
+        async for _ in store.iter_sessions(build()):
+            pass
 
     fuzz.check(listing)
+    fuzz.check(walk)
+    fuzz.check(lambda s: s.list_sessions(flt))
+    fuzz.check(lambda s: s.count_sessions(flt))
 
 
 @FUZZ
 @given(
-    content=text,
-    author=text,
-    meta=metadata,
+    content=wild(text),
+    author=wild(text),
+    meta=wild(metadata),
+    role=wild(st.sampled_from(["user", "assistant", "system", "tool"])),
+    message_id=wild(st.none() | st.builds(lambda: format_id("msg", new_uuid()))),
     schema=st.none()
     | st.dictionaries(
         st.sampled_from(["type", "properties", "required", "minimum"]), json_values, max_size=3
     ),
-    payload=json_values,
-    interrupt=text,
+    payload=wild(json_values),
+    interrupt=wild(text),
 )
 def test_messages(
-    fuzz: Fuzz, content: str, author: str, meta: Any, schema: Any, payload: Any, interrupt: str
+    fuzz: Fuzz,
+    content: Any,
+    author: Any,
+    meta: Any,
+    role: Any,
+    message_id: Any,
+    schema: Any,
+    payload: Any,
+    interrupt: Any,
 ) -> None:
+    drawn(content, author, meta, role, message_id, schema, payload, interrupt)
+
     async def append(store: cortex.Store) -> None:
         message = NewMessage(
-            "assistant",
+            role,
             content,
             author=author,
             metadata=meta,
+            id=message_id,
             requested_input=RequestedInput(
                 interrupt_id=interrupt, response_schema=schema, payload=payload
             ),
@@ -226,7 +346,18 @@ def test_messages(
 
 
 @FUZZ
-@given(reason=text)
-def test_markers(fuzz: Fuzz, reason: str) -> None:
+@given(messages=anything, after_seq=wild(st.integers(-5, 10)), limit=wild(st.integers(-5, 1005)))
+def test_message_arguments(fuzz: Fuzz, messages: Any, after_seq: Any, limit: Any) -> None:
+    drawn(messages, after_seq, limit)
+    fuzz.check(lambda s: s.append_messages(fuzz.target, messages))
+    fuzz.check(lambda s: s.append_message(fuzz.target, messages))
+    fuzz.check(lambda s: s.list_messages(fuzz.target, after_seq=after_seq, limit=limit))
+    fuzz.check(lambda s: s.update_session(messages))
+
+
+@FUZZ
+@given(reason=wild(text))
+def test_markers(fuzz: Fuzz, reason: Any) -> None:
+    drawn(reason)
     fuzz.check(lambda s: s.mark_interrupted(format_id("ses", new_uuid()), reason))
     fuzz.check(lambda s: s.abort_session(format_id("ses", new_uuid()), reason))

@@ -97,7 +97,7 @@ async def test_resume_refusals(store: cortex.Store, tenant: str) -> None:
             await store.resume(s.id, "never-asked", {"approved": True})
         with pytest.raises(InvalidInput, match=r"response: at amount: .*100"):
             await store.resume(s.id, "q", {"approved": True, "amount": 500})
-        with pytest.raises(InvalidInput, match=r"at \(root\): 'approved' is a required"):
+        with pytest.raises(InvalidInput, match=r'at \(root\): "approved" is a required'):
             await store.resume(s.id, "q", {})
         assert (await store.get_session(s.id)).message_count == 1  # nothing written
         await store.resume(s.id, "q", {"approved": True})

@@ -28,10 +28,8 @@ def test_bad_url_driver(capsys: pytest.CaptureFixture[str]) -> None:
 def test_grant_print_only_and_refuses_odd_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["db", "grant", "app_role", "--print-only"]) == 0
     out = capsys.readouterr().out
-    assert (
-        'GRANT SELECT, INSERT, UPDATE, DELETE ON sessions, messages, pending_inputs, session_markers TO "app_role"'
-        in out
-    )
+    for table in ("sessions", "messages", "pending_inputs", "session_markers"):
+        assert f'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {table} TO "app_role"' in out
     assert main(["db", "grant", 'x"; DROP TABLE sessions; --', "--print-only"]) == EXIT_USAGE
 
 
@@ -48,3 +46,78 @@ def test_sql_needs_no_database(
     monkeypatch.delenv("CORTEX_DATABASE_URL", raising=False)
     assert main(["db", "sql"]) == 0
     assert "CREATE TABLE sessions" in capsys.readouterr().out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import cortex
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"cortex {cortex.__version__}"
+
+
+def test_python_dash_m_cortex() -> None:
+    import subprocess
+    import sys
+
+    import cortex
+
+    done = subprocess.run(
+        [sys.executable, "-m", "cortex", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"cortex {cortex.__version__}"
+
+
+def test_global_options_before_or_after_the_subcommand() -> None:
+    from cortex.cli import build_parser
+
+    parser = build_parser()
+    before = parser.parse_args(["--database-url", "postgresql://a/b", "db", "current"])
+    after = parser.parse_args(["db", "current", "--database-url", "postgresql://a/b"])
+    deep = parser.parse_args(
+        ["sessions", "list", "--scope", "t", "--database-url", "postgresql://a/b"]
+    )
+    neither = parser.parse_args(["db", "current"])
+    assert before.database_url == after.database_url == deep.database_url == "postgresql://a/b"
+    assert neither.database_url is None
+
+
+def test_grant_folds_role_names_as_sql_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # Unquoted, a name means what it means in SQL (CREATE ROLE Adv_App makes adv_app);
+    # quoted, its case is kept.
+    assert main(["db", "grant", "Adv_App", "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert 'TO "adv_app"' in out
+    assert '"Adv_App"' not in out
+    assert main(["db", "grant", '"Adv_App"', "--print-only"]) == 0
+    assert 'TO "Adv_App"' in capsys.readouterr().out
+
+
+def test_unknown_revision_is_bad_usage(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CORTEX_DATABASE_URL", raising=False)
+    assert main(["db", "sql", "nosuchrev"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "nosuchrev" in err
+    assert err.count("\n") == 1
+
+
+def test_bad_response_json_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "--database-url",
+            "postgresql://nobody@127.0.0.1:1/none",
+            "sessions",
+            "resume",
+            "ses_01h455vb4pex5vsknk084sn02q",
+            "--scope",
+            "t",
+            "--interrupt",
+            "i1",
+            "--response",
+            "{not json",
+        ]
+    )
+    assert code == EXIT_USAGE
+    assert "--response" in capsys.readouterr().err

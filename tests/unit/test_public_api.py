@@ -25,3 +25,15 @@ def test_error_tree() -> None:
         obj = getattr(cortex, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, cortex.CortexError), name
+
+
+def test_one_version_source() -> None:
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    # pyproject names no version of its own: hatch reads cortex/_version.py.
+    assert "version" in project["dynamic"]
+    assert "version" not in project
+    assert cortex.__version__ == version("cortex-sessions")

@@ -1,0 +1,65 @@
+"""Host-owned metadata stored verbatim: ``metadata_json`` (json) beside the jsonb column.
+
+Revision ID: 20261201000009
+Revises: 20261201000008
+Create Date: 2026-12-01
+
+Why it exists: jsonb normalises what it stores. ``1e16`` came back as an
+int, ``1e300`` as 301 digits, ``-0.0`` as ``0.0``, and ``[5e-324]*9000``
+grew from 63 KB sent to 2.95 MB stored, after which ``update_session`` of
+the session as read failed cortex's own 64 KiB limit. The ``json`` type keeps
+its input text exactly (it only checks the syntax), so cortex now writes the
+JSON text it serialised from the host's value into ``sessions.metadata_json``
+and ``messages.metadata_json`` and decodes that on read.
+
+Safe with: the previous release (it never reads the new columns). Expand
+only, and online: two nullable columns without a default are a
+catalog change (a brief ACCESS EXCLUSIVE lock, no table rewrite, no scan).
+Rows written before this revision keep their metadata in the jsonb
+``metadata`` column, which cortex reads when ``metadata_json`` is NULL; rows
+written since carry ``'{}'`` there. No backfill: jsonb already lost what
+the old rows were sent, so copying it would keep nothing more. A later
+revision may drop the jsonb column once no reader needs it.
+
+Downgrade copies ``metadata_json`` back into ``metadata`` (one UPDATE per
+table over the rows that have it; jsonb normalises the values again), then
+drops the columns. Alembic records the revision; not re-entrant by hand.
+"""
+
+from collections.abc import Sequence
+
+from sqlalchemy.engine import Connection
+
+from alembic import op
+from cortex import _ddl as ddl
+
+revision: str = "20261201000009"
+down_revision: str | Sequence[str] | None = "20261201000008"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+TABLES = ("sessions", "messages")
+
+
+def upgrade() -> None:
+    with op.get_context().autocommit_block():
+        for table in TABLES:
+            # A short lock timeout with retries (cortex._ddl): the catalog change
+            # must not queue the running release behind a long transaction.
+            ddl.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS metadata_json json")
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: nothing; the values go back into jsonb.
+
+    Only their spelling is normalised again (as before this revision).
+    """
+    return []
+
+
+def downgrade() -> None:
+    for table in TABLES:
+        op.execute(
+            f"UPDATE {table} SET metadata = metadata_json::jsonb WHERE metadata_json IS NOT NULL"
+        )
+        op.drop_column(table, "metadata_json")

@@ -1,0 +1,290 @@
+"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, clear, abort).
+
+Each command acts in ``--scope``, prints a human view or ``--json``, and
+leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from typing import Any
+
+from rich.table import Table
+
+from cortex._cli_common import (
+    EXIT_OK,
+    UsageError,
+    console,
+    emit_json,
+    literal,
+    say,
+    when,
+    with_store,
+)
+from cortex.errors import NotFound
+from cortex.models import MAX_MESSAGE_LIMIT, ListFilter, Message, Session, SessionState
+from cortex.store import Store
+
+__all__ = ["add_session_commands"]
+
+
+def _list_filter(args: argparse.Namespace) -> ListFilter:
+    return ListFilter(
+        agent_id=args.agent,
+        exact=args.exact,
+        default_only=args.default_only,
+        search=args.search,
+        state=SessionState(args.state) if args.state else None,
+        limit=args.limit,
+        offset=args.offset,
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    flt = _list_filter(args)
+
+    async def action(store: Store) -> tuple[list[Session], int]:
+        return await store.list_sessions(flt), await store.count_sessions(flt)
+
+    found, total = with_store(args, action)
+    if args.json:
+        emit_json({"total": total, "sessions": [s.model_dump(mode="json") for s in found]})
+        return EXIT_OK
+    table = Table(
+        title=literal(f"sessions in {args.scope} ({len(found)} of {total})"), title_justify="left"
+    )
+    table.add_column("id", no_wrap=True)
+    for column in ("state", "agent", "scope", "title", "msgs", "last activity", "pending"):
+        table.add_column(column, overflow="fold")
+    for s in found:
+        table.add_row(
+            s.id,
+            s.state.value,
+            literal(s.agent_id),
+            str(s.scope),
+            literal(s.title or "-"),
+            str(s.message_count),
+            when(s.updated_at),
+            str(s.pending_count) if s.pending_count else "",
+        )
+    console().print(table)
+    return EXIT_OK
+
+
+def _indented_json(value: Any, depth: int = 6) -> str:
+    return textwrap.indent(json.dumps(value, indent=2, ensure_ascii=False), " " * depth).lstrip()
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    detail = with_store(args, lambda store: store.inspect_session(args.session_id))
+    if args.json:
+        emit_json(detail.model_dump(mode="json"))
+        return EXIT_OK
+    out = console()
+    s = detail.session
+    say(out, f"{s.id}  {detail.state.value}")
+    for label, value in (
+        ("agent", s.agent_id),
+        ("scope", str(s.scope)),
+        ("title", s.title or "-"),
+        ("messages", str(s.message_count)),
+        ("last message", s.last_message or "-"),
+        ("default", "yes" if s.is_default else "no"),
+        ("created", when(s.created_at)),
+        ("updated", when(s.updated_at)),
+        ("abort reason", detail.abort_reason or "-"),
+        ("interrupt reason", detail.interrupt_reason or "-"),
+        ("metadata", _indented_json(s.metadata, 20) if s.metadata else "-"),
+    ):
+        say(out, f"  {label:>16}: {value}")
+    if not detail.pending:
+        say(out, "  no pending inputs")
+    for p in detail.pending:
+        say(
+            out,
+            f"\n  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}, "
+            f"by {p.author or '-'}): {p.message or '-'}",
+        )
+        shown: tuple[tuple[str, Any], ...] = (
+            ("response schema", p.response_schema),
+            ("payload", p.payload),
+        )
+        for name, data in shown:
+            if data is None:
+                continue
+            # The JSON on its own lines, indented beneath its label.
+            body = textwrap.indent(json.dumps(data, indent=2, ensure_ascii=False), " " * 6)
+            say(out, f"    {name}:\n{body}")
+    return EXIT_OK
+
+
+def _describe(m: Message) -> str:
+    extra = ""
+    if m.requested_input is not None:
+        extra = f"  [asks {m.requested_input.interrupt_id}: {m.requested_input.message}]"
+    if m.function_response is not None:
+        answer = json.dumps(m.function_response.response, ensure_ascii=False)
+        extra = f"  [answers {m.function_response.id}: {answer}]"
+    return f"{m.content}{extra}"
+
+
+def cmd_messages(args: argparse.Namespace) -> int:
+    limit = args.last
+    history = with_store(
+        args, lambda store: store.get_session_with_messages(args.session_id, limit=limit)
+    )
+    if args.json:
+        emit_json(
+            {
+                "session_id": history.session.id,
+                "message_count": history.session.message_count,
+                "messages": [m.model_dump(mode="json") for m in history.messages],
+            }
+        )
+        return EXIT_OK
+    s = history.session
+    table = Table(
+        title=literal(f"{s.id}: the last {len(history.messages)} of {s.message_count} messages"),
+        title_justify="left",
+    )
+    for column in ("seq", "at", "role", "author", "content"):
+        table.add_column(column, overflow="fold")
+    for m in history.messages:
+        table.add_row(
+            str(m.seq), when(m.created_at), m.role, literal(m.author), literal(_describe(m))
+        )
+    console().print(table)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    async def action(store: Store) -> dict[str, Any]:
+        # The newest page and the session come from one snapshot; older pages
+        # are read backwards from there, so a concurrent append is never half in.
+        session, page = await store.get_session_with_messages(
+            args.session_id, limit=MAX_MESSAGE_LIMIT
+        )
+        messages = list(page)
+        while messages and messages[0].seq > 1:
+            older = await store.recent_messages(
+                args.session_id, limit=MAX_MESSAGE_LIMIT, before_seq=messages[0].seq
+            )
+            if not older:
+                break
+            messages = older + messages
+        return {
+            "session": session.model_dump(mode="json"),
+            "messages": [m.model_dump(mode="json") for m in messages],
+        }
+
+    emit_json(with_store(args, action))
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    try:
+        response = json.loads(args.response)
+    except ValueError as exc:
+        raise UsageError(f"--response: not JSON ({exc})") from None
+    stored = with_store(
+        args,
+        lambda store: store.resume(
+            args.session_id, args.interrupt, response, author=args.author or ""
+        ),
+    )
+    if args.json:
+        emit_json(stored.model_dump(mode="json"))
+    else:
+        say(
+            console(), f"resumed {stored.session_id}: answered {args.interrupt} at seq {stored.seq}"
+        )
+    return EXIT_OK
+
+
+def _state_after(args: argparse.Namespace, what: str) -> int:
+    if args.json:
+        emit_json({"session_id": args.session_id, "state": what})
+    else:
+        say(console(), f"{args.session_id}: {what}")
+    return EXIT_OK
+
+
+def cmd_mark(args: argparse.Namespace) -> int:
+    async def action(store: Store) -> str:
+        await store.mark_interrupted(args.session_id, args.reason)
+        # The session need not exist yet (the marker waits for it).
+        try:
+            return (await store.get_session(args.session_id)).state.value
+        except NotFound:
+            return "marked (no such session yet: the marker waits for it)"
+
+    return _state_after(args, with_store(args, action))
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    async def action(store: Store) -> str:
+        await store.clear_interrupted(args.session_id)
+        try:
+            return (await store.get_session(args.session_id)).state.value
+        except NotFound:
+            return "cleared"
+
+    return _state_after(args, with_store(args, action))
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    session = with_store(args, lambda store: store.abort_session(args.session_id, args.reason))
+    if args.json:
+        emit_json(session.model_dump(mode="json"))
+    else:
+        say(console(), f"aborted {session.id} ({session.scope}): {args.reason}")
+    return EXIT_OK
+
+
+def add_session_commands(
+    commands: Any, parser_class: type[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Register ``cortex sessions …`` under ``commands``; ``common`` holds the global options."""
+    sessions = commands.add_parser(
+        "sessions", help="operators: find, read, answer, mark and abort sessions", parents=[common]
+    )
+    sub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=parser_class)
+
+    def command(name: str, summary: str, func: Any, *, session: bool = True) -> Any:
+        p = sub.add_parser(name, help=summary, parents=[common])
+        if session:
+            p.add_argument("session_id")
+        p.add_argument(
+            "--scope", required=True, help="the tenant path to act in, e.g. acme/support"
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.set_defaults(func=func)
+        return p
+
+    listing = command("list", "sessions visible from a scope", cmd_list, session=False)
+    listing.add_argument("--agent", help="only this agent's sessions")
+    listing.add_argument("--exact", action="store_true", help="only sessions at exactly --scope")
+    listing.add_argument("--default-only", action="store_true", help="only default sessions")
+    listing.add_argument(
+        "--search", help="case-insensitive substring of the title or the last message's preview"
+    )
+    listing.add_argument("--state", choices=[s.value for s in SessionState])
+    listing.add_argument("--limit", type=int, default=0, help="1-1000 (default 50)")
+    listing.add_argument("--offset", type=int, default=0)
+    command("show", "one session: metadata, state, pending inputs with their schemas", cmd_show)
+    messages = command("messages", "a session's newest messages, oldest first", cmd_messages)
+    messages.add_argument(
+        "--last", type=int, default=20, help=f"how many (1-{MAX_MESSAGE_LIMIT}, default 20)"
+    )
+    command("export", "the whole transcript as JSON (session and every message)", cmd_export)
+    resume = command("resume", "answer a pending input", cmd_resume)
+    resume.add_argument("--interrupt", required=True, help="the interrupt id asked")
+    resume.add_argument("--response", required=True, help="the answer, as JSON")
+    resume.add_argument("--author", help="who answers (e.g. ops@acme)")
+    mark = command("mark", "mark a session interrupted (e.g. drained for a deploy)", cmd_mark)
+    mark.add_argument("--reason", required=True)
+    command("clear", "clear the interrupt marker", cmd_clear)
+    abort = command("abort", "write a durable abort marker", cmd_abort)
+    abort.add_argument("--reason", required=True)

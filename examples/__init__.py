@@ -1,0 +1,1 @@
+"""Example apps; each is exercised by a test."""

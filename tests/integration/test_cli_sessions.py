@@ -1,0 +1,203 @@
+"""The operator's whole loop from the command line, and `cortex db grant` saying what to do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+import cortex
+from cortex import NewMessage, RequestedInput, use_scope
+from cortex.cli import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_SCHEMA,
+    EXIT_USAGE,
+    main,
+)
+from cortex.migrate import grant_sql
+from tests.conftest import Database, admin, with_database
+
+_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
+
+
+def _seed(database: Database, scope: str, title: str) -> str:
+    async def seed() -> str:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(scope):
+                s = await store.create_session(
+                    "billing-bot", title=title, metadata={"ticket": "T-7", "tier": "gold"}
+                )
+                await store.append_messages(
+                    s.id,
+                    [
+                        NewMessage("user", "Refund [/] please [link=https://evil.example]x[/link]"),
+                        NewMessage(
+                            "assistant",
+                            "A refund over $100 needs a human.",
+                            requested_input=RequestedInput(
+                                interrupt_id="approve-refund",
+                                message="Approve a $140 refund?",
+                                response_schema=_SCHEMA,
+                            ),
+                        ),
+                    ],
+                )
+                return s.id
+
+    return anyio.run(seed)
+
+
+def test_markup_in_titles_and_messages_is_printed_literally(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    title = "refund [/] please [link=https://evil.example]click[/link] [bold]x"
+    sid = _seed(database, f"{tenant}/u1", title)
+    url = ["--database-url", database.owner_url]
+    assert main([*url, "sessions", "list", "--scope", tenant]) == 0
+    assert "refund [/] please" in capsys.readouterr().out
+    assert main([*url, "sessions", "show", sid, "--scope", tenant]) == 0
+    shown = capsys.readouterr().out
+    assert title in shown
+    assert "\x1b]8;" not in shown  # no terminal hyperlink
+    assert main([*url, "sessions", "messages", sid, "--scope", tenant]) == 0
+    assert "Refund [/] please [link=https://evil.example]x[/link]" in capsys.readouterr().out
+
+
+def test_the_operators_loop(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 42")
+    # Global options work after the subcommand too.
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+
+    assert main(["sessions", "list", *scope, "--state", "paused", "--json", *url]) == 0
+    assert [s["id"] for s in json.loads(capsys.readouterr().out)["sessions"]] == [sid]
+
+    assert main([*url, "sessions", "show", sid, *scope]) == 0
+    shown = capsys.readouterr().out
+    assert '"ticket": "T-7"' in shown  # metadata, indented JSON
+    assert '\n        "required": [' in shown  # the schema indented beneath its label
+    assert "+00:00" in shown  # timestamps carry their zone
+
+    assert main([*url, "sessions", "messages", sid, *scope, "--last", "1", "--json"]) == 0
+    (last,) = json.loads(capsys.readouterr().out)["messages"]
+    assert last["seq"] == 2
+    assert last["requested_input"]["interrupt_id"] == "approve-refund"
+
+    bad = ["--interrupt", "approve-refund", "--response", '{"approved": "yes"}']
+    assert main([*url, "sessions", "resume", sid, *scope, *bad]) == EXIT_USAGE
+    assert "approved" in capsys.readouterr().err
+    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
+    assert main([*url, "sessions", "resume", sid, *scope, *good, "--author", "ops@acme"]) == 0
+    assert "resumed" in capsys.readouterr().out
+    assert main([*url, "sessions", "resume", sid, *scope, *good]) == 6  # already answered
+
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "draining", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "interrupted"
+    assert main([*url, "sessions", "clear", sid, *scope]) == 0
+    assert "idle" in capsys.readouterr().out
+
+    assert main([*url, "sessions", "export", sid, *scope]) == 0
+    transcript = json.loads(capsys.readouterr().out)
+    assert transcript["session"]["id"] == sid
+    assert transcript["session"]["metadata"] == {"ticket": "T-7", "tier": "gold"}
+    assert [m["seq"] for m in transcript["messages"]] == [1, 2, 3]
+    assert transcript["messages"][2]["function_response"]["response"] == {"approved": True}
+    assert transcript["messages"][2]["author"] == "ops@acme"
+
+    assert main([*url, "sessions", "messages", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
+    assert main([*url, "sessions", "export", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
+    assert main([*url, "sessions", "mark", sid, "--scope", tenant, "--reason", ""]) in (0, 2)
+
+
+@pytest.fixture
+def fresh_db(server_url: str) -> Iterator[tuple[str, str]]:
+    """A migrated database and a role name nobody created yet; yields (owner URL, role)."""
+    name = f"cortex_g_{uuid.uuid4().hex[:8]}"
+    role = f"cortex_r_{uuid.uuid4().hex[:8]}"
+    asyncio.run(admin(server_url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(server_url, name), role
+    finally:
+        asyncio.run(
+            admin(
+                server_url,
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'DROP ROLE IF EXISTS "{role}"',
+                f'DROP ROLE IF EXISTS "{role}_Mixed"',
+                f"DROP ROLE IF EXISTS {role}_Mixed",
+            )
+        )
+
+
+def test_grant_on_unmigrated_database_says_upgrade(
+    fresh_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, role = fresh_db
+    asyncio.run(admin(url, f"CREATE ROLE {role} LOGIN"))
+    assert main(["--database-url", url, "db", "grant", role]) == EXIT_SCHEMA
+    err = capsys.readouterr().err
+    assert "cortex db upgrade" in err
+    assert "SQLSTATE" not in err
+
+
+def test_grant_on_missing_role_says_create_it(
+    fresh_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, role = fresh_db
+    assert main(["--database-url", url, "db", "upgrade"]) == 0
+    capsys.readouterr()
+    assert main(["--database-url", url, "db", "grant", role]) == EXIT_NOT_FOUND
+    err = capsys.readouterr().err
+    assert f"CREATE ROLE {role} LOGIN" in err
+    assert "SQLSTATE" not in err
+
+
+def test_grant_on_a_mixed_case_name(
+    fresh_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, role = fresh_db
+    assert main(["--database-url", url, "db", "upgrade"]) == 0
+    mixed = f"{role}_Mixed"
+    asyncio.run(admin(url, f"CREATE ROLE {mixed} LOGIN"))  # unquoted: folded to lower case
+    assert main(["--database-url", url, "db", "grant", mixed]) == 0
+    assert "granted" in capsys.readouterr().out
+
+
+def test_grant_as_the_wrong_role_fails_loudly(
+    fresh_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, role = fresh_db
+    assert main(["--database-url", url, "db", "upgrade"]) == 0
+    stranger = f"{role}_Mixed".lower()
+    asyncio.run(admin(url, f"CREATE ROLE {role} LOGIN", f"CREATE ROLE {stranger} LOGIN"))
+    capsys.readouterr()
+    as_stranger = with_database(url, url.rsplit("/", 1)[1].split("?")[0], user=stranger)
+    # No rights at all: PostgreSQL refuses. The application role's rights: it only warns.
+    for rights in ([], grant_sql(stranger)):
+        asyncio.run(admin(url, *rights))
+        code = main(["--database-url", as_stranger, "db", "grant", role])
+        out, err = capsys.readouterr()
+        assert code == EXIT_ERROR
+        assert "as the owner" in err
+        assert "SQLSTATE" not in err
+        assert "granted" not in out
+
+
+def test_downgrade_to_an_unknown_revision_is_bad_usage(
+    fresh_db: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _role = fresh_db
+    assert main(["--database-url", url, "db", "upgrade"]) == 0
+    assert main(["--database-url", url, "db", "downgrade", "nonsense"]) == EXIT_USAGE
+    assert "nonsense" in capsys.readouterr().err

