@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
-from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade, regrant_sql
+from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade, record_compatibility, regrant_sql
 
 config = context.config
 # Seconds between two tries for the migration lock while another job holds it.
@@ -98,6 +98,8 @@ def _do_run_migrations(connection: Connection) -> None:
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):
             connection.execute(sa.text(statement))
+        # Which code this schema serves now (revision 20261201000010).
+        record_compatibility(connection, ScriptDirectory.from_config(config))
         connection.commit()
     finally:
         if connection.in_transaction():

@@ -6,6 +6,7 @@ Nothing here runs a store call: :mod:`cortex._db` owns transactions.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
@@ -32,7 +33,9 @@ __all__ = [
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261201000009"
+log = logging.getLogger("cortex")
+
+SCHEMA_REVISION: Final = "20261201000010"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own
@@ -231,15 +234,19 @@ def make_engine(
     return engine
 
 
-async def check_schema(engine: AsyncEngine) -> bool:
-    """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
+async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> bool:
+    """Raise SchemaMismatch unless the database serves this code (revision ``expected``).
+
+    It does when it is at that revision, or at a later one whose every step
+    declared itself safe with this code (the record revision 20261201000010
+    keeps): a rolling deploy migrates first and replaces the processes after.
 
     Returns:
         Whether the login role bypasses row-level security (a superuser or a
         BYPASSRLS role): then the database's second wall protects nothing.
 
     Raises:
-        SchemaMismatch: naming the revision found and the command that fixes it.
+        SchemaMismatch: naming the revision found and what fixes it.
         DatabaseUnavailable: if the database cannot be reached.
     """
     with translate_errors():
@@ -252,15 +259,36 @@ async def check_schema(engine: AsyncEngine) -> bool:
                 if exists
                 else []
             )
+            recorded = await conn.scalar(
+                sa.text("SELECT to_regclass('cortex_schema_compat') IS NOT NULL")
+            )
+            serves_from = (
+                await conn.scalar(sa.text("SELECT oldest_code_revision FROM cortex_schema_compat"))
+                if recorded
+                else None
+            )
             bypasses = await conn.scalar(
                 sa.text(
                     "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles"
                     " WHERE rolname = current_user"
                 )
             )
-    if list(found) != [SCHEMA_REVISION]:
-        have = ", ".join(found) or "no cortex schema"
+    if list(found) == [expected]:
+        return bool(bypasses)
+    if (
+        len(found) == 1
+        and found[0] > expected
+        and serves_from is not None
+        and serves_from <= expected
+    ):
+        log.info("database at %s, which serves code from %s on", found[0], serves_from)
+        return bool(bypasses)
+    have = ", ".join(found) or "no cortex schema"
+    if len(found) == 1 and found[0] > expected:
         raise SchemaMismatch(
-            f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
+            f"database is at {have}, newer than this cortex ({expected}) and not safe with it: "
+            "upgrade cortex"
         )
-    return bool(bypasses)
+    raise SchemaMismatch(
+        f"database is at {have}, this cortex needs {expected}: run `cortex db upgrade`"
+    )

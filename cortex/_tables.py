@@ -21,6 +21,7 @@ __all__ = [
     "messages",
     "metadata",
     "pending_inputs",
+    "schema_compat",
     "session_markers",
     "sessions",
 ]
@@ -294,4 +295,16 @@ session_markers = sa.Table(
     sa.Column("marked_at", sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint("tenant_id", "session_id", "kind"),
     sa.CheckConstraint("kind IN ('aborted', 'interrupted')", name="kind"),
+)
+
+schema_compat = sa.Table(
+    "cortex_schema_compat",
+    metadata,
+    # cortex-owned, one row: the oldest code (its SCHEMA_REVISION) that every
+    # applied revision serves; written after each upgrade run by alembic/env.py,
+    # read by cortex._engine.check_schema. No tenant data, so no row-level security.
+    sa.Column("singleton", sa.Boolean(), nullable=False, server_default=sa.true()),
+    sa.Column("oldest_code_revision", sa.Text(), nullable=False),
+    sa.PrimaryKeyConstraint("singleton"),
+    sa.CheckConstraint("singleton", name="singleton"),
 )

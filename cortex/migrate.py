@@ -47,6 +47,8 @@ __all__ = [
     "check_downgrade",
     "downgrade",
     "grant_sql",
+    "oldest_compatible_code",
+    "record_compatibility",
     "regrant_sql",
     "script_location",
     "upgrade",
@@ -238,8 +240,9 @@ _GRANTS: Final = (
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE messages"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE pending_inputs"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE session_markers"),
-    # connect() reads the schema revision.
+    # connect() reads the schema revision and which code it serves.
     ("SELECT", "TABLE alembic_version"),
+    ("SELECT", "TABLE cortex_schema_compat"),
     # Tenant-wide search (it checks the bound tenant itself).
     ("EXECUTE", "FUNCTION cortex_search_ids(text)"),
 )
@@ -304,3 +307,38 @@ _EXISTS: Final = {
     "TABLE": "SELECT pg_catalog.to_regclass(:name) IS NOT NULL",
     "FUNCTION": "SELECT pg_catalog.to_regprocedure(:name) IS NOT NULL",
 }
+
+
+def oldest_compatible_code(script: ScriptDirectory, head: str) -> str:
+    """The oldest code revision every revision up to ``head`` serves.
+
+    A revision's ``safe_with_code_from`` names the oldest code (its
+    ``SCHEMA_REVISION``) that works on a database at that revision; without
+    it, only code of the revision itself. Revision ids sort by time.
+    """
+    return max(
+        getattr(rev.module, "safe_with_code_from", rev.revision)
+        for rev in script.iterate_revisions(head, "base")
+        if rev is not None
+    )
+
+
+def record_compatibility(connection: Connection, script: ScriptDirectory) -> None:
+    """Store :func:`oldest_compatible_code` of the database's revision (revision 20261201000010).
+
+    Run after every online migration run; nothing to do before the table exists.
+    """
+    if not connection.execute(
+        sa.text("SELECT to_regclass('cortex_schema_compat') IS NOT NULL")
+    ).scalar():
+        return
+    heads = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(heads) != 1:
+        return
+    connection.execute(
+        sa.text(
+            "INSERT INTO cortex_schema_compat (singleton, oldest_code_revision) VALUES (true, :code)"
+            " ON CONFLICT (singleton) DO UPDATE SET oldest_code_revision = EXCLUDED.oldest_code_revision"
+        ),
+        {"code": oldest_compatible_code(script, heads[0])},
+    )

@@ -29,6 +29,8 @@ from sqlalchemy.engine import Connection
 from alembic import op
 
 revision: str = "20261201000008"
+# The oldest code (its SCHEMA_REVISION) that works on a database at this revision.
+safe_with_code_from: str = "20261015000007"
 down_revision: str | Sequence[str] | None = "20261015000007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -12,12 +12,18 @@ its input text exactly (it only checks the syntax), so cortex now writes the
 JSON text it serialised from the host's value into ``sessions.metadata_json``
 and ``messages.metadata_json`` and decodes that on read.
 
-Safe with: the previous release (it never reads the new columns). Expand
-only, and online: two nullable columns without a default are a
-catalog change (a brief ACCESS EXCLUSIVE lock, no table rewrite, no scan).
-Rows written before this revision keep their metadata in the jsonb
-``metadata`` column, which cortex reads when ``metadata_json`` is NULL; rows
-written since carry ``'{}'`` there. No backfill: jsonb already lost what
+Safe with: this release. With the previous release (20261015000007)
+still running beside it, this release reads everything the previous one
+writes (a trigger drops the verbatim text of a session whose jsonb the
+previous release rewrites, so the rewrite is what is read), but the
+previous release reads ``{}`` as the metadata of rows this one wrote: it
+reads only the jsonb column, and this release keeps no jsonb copy (the copy
+is what grew ``[5e-324]*9000`` from 63 KB to 2.95 MB). Expand only, and
+online: two nullable columns without a default are a catalog change (a
+brief ACCESS EXCLUSIVE lock, no table rewrite, no scan). Rows written
+before this revision keep their metadata in the jsonb ``metadata`` column,
+which cortex reads when ``metadata_json`` is NULL; rows written since carry
+``'{}'`` there. No backfill: jsonb already lost what
 the old rows were sent, so copying it would keep nothing more. A later
 revision may drop the jsonb column once no reader needs it.
 
@@ -34,11 +40,34 @@ from alembic import op
 from cortex import _ddl as ddl
 
 revision: str = "20261201000009"
+# The oldest code (its SCHEMA_REVISION) that works on a database at this
+# revision: see cortex._engine.check_schema and revision 20261201000010. Not
+# the previous release: it would read this one's metadata as {}.
+safe_with_code_from: str = "20261201000009"
 down_revision: str | Sequence[str] | None = "20261201000008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLES = ("sessions", "messages")
+
+
+# The previous release writes only the jsonb column. When it rewrites a
+# session's metadata (its update_session), the verbatim text this release
+# wrote is stale: drop it, so this release reads what the previous one wrote.
+# Fires only for UPDATEs that name the column: appends never do.
+FORGET_TEXT = """
+CREATE OR REPLACE FUNCTION cortex_forget_metadata_text() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF NEW.metadata IS DISTINCT FROM OLD.metadata
+       AND NEW.metadata_json::text IS NOT DISTINCT FROM OLD.metadata_json::text THEN
+        NEW.metadata_json := NULL;
+    END IF;
+    RETURN NEW;
+END
+$fn$
+"""
+TRIGGER = "sessions_metadata_written_as_jsonb"
 
 
 def upgrade() -> None:
@@ -47,6 +76,12 @@ def upgrade() -> None:
             # A short lock timeout with retries (cortex._ddl): the catalog change
             # must not queue the running release behind a long transaction.
             ddl.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS metadata_json json")
+        ddl.run(FORGET_TEXT)
+        ddl.run(
+            f"DROP TRIGGER IF EXISTS {TRIGGER} ON sessions",
+            f"CREATE TRIGGER {TRIGGER} BEFORE UPDATE OF metadata ON sessions "
+            "FOR EACH ROW EXECUTE FUNCTION cortex_forget_metadata_text()",
+        )
 
 
 def data_loss(bind: Connection) -> list[str]:
@@ -58,6 +93,8 @@ def data_loss(bind: Connection) -> list[str]:
 
 
 def downgrade() -> None:
+    op.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON sessions")
+    op.execute("DROP FUNCTION IF EXISTS cortex_forget_metadata_text()")
     for table in TABLES:
         op.execute(
             f"UPDATE {table} SET metadata = metadata_json::jsonb WHERE metadata_json IS NOT NULL"
