@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
-from cortex.migrate import MIGRATION_LOCK_KEY, regrant_sql
+from cortex.migrate import MIGRATION_LOCK_KEY, distribute_all_sql, regrant_sql
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -65,6 +65,9 @@ def _do_run_migrations(connection: Connection) -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+        # On Citus, a database migrated before the extension was added (cortex.migrate).
+        for statement in distribute_all_sql():
+            connection.exec_driver_sql(statement)
         # Objects a run (re)created carry no grants yet: give every
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):

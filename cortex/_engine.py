@@ -6,7 +6,7 @@ Nothing here runs a store call: :mod:`cortex._db` owns transactions.
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
 import asyncpg
@@ -23,6 +23,7 @@ __all__ = [
     "CHECKOUTS",
     "CONNECT_TIMEOUT",
     "SCHEMA_REVISION",
+    "SchemaState",
     "check_schema",
     "connect_options",
     "driver_dsn",
@@ -231,12 +232,30 @@ def make_engine(
     return engine
 
 
-async def check_schema(engine: AsyncEngine) -> bool:
+class SchemaState(NamedTuple):
+    """What :func:`check_schema` learnt about the database besides its revision."""
+
+    # The login role is a superuser or BYPASSRLS: the database's second wall protects nothing.
+    bypasses_rls: bool
+    # cortex's tables are distributed by Citus (see cortex._filters.search_clause).
+    distributed: bool
+
+
+# pg_dist_partition exists only with the citus extension: asked only then.
+_DISTRIBUTED_SQL: Final = """
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_dist_partition
+    WHERE logicalrelid = pg_catalog.to_regclass('sessions')
+)
+"""
+
+
+async def check_schema(engine: AsyncEngine) -> SchemaState:
     """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
 
     Returns:
-        Whether the login role bypasses row-level security (a superuser or a
-        BYPASSRLS role): then the database's second wall protects nothing.
+        Whether the login role bypasses row-level security, and whether the
+        tables are distributed (a Citus coordinator).
 
     Raises:
         SchemaMismatch: naming the revision found and the command that fixes it.
@@ -258,9 +277,13 @@ async def check_schema(engine: AsyncEngine) -> bool:
                     " WHERE rolname = current_user"
                 )
             )
+            citus = await conn.scalar(
+                sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+            )
+            distributed = bool(citus) and bool(await conn.scalar(sa.text(_DISTRIBUTED_SQL)))
     if list(found) != [SCHEMA_REVISION]:
         have = ", ".join(found) or "no cortex schema"
         raise SchemaMismatch(
             f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
         )
-    return bool(bypasses)
+    return SchemaState(bool(bypasses), distributed)

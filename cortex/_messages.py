@@ -182,8 +182,10 @@ def _append_statement(depth: int) -> sa.Insert:
             message_count=sessions.c.message_count + n,
             last_message=sa.bindparam("preview", type_=sa.Text()),
             # greatest(): appends queue on the row lock, so a later statement
-            # must never move updated_at backwards.
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
+            # must never move updated_at backwards. statement_timestamp(), not
+            # clock_timestamp(): Citus refuses VOLATILE functions in an UPDATE
+            # of a distributed table.
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
         )
         .returning(
             sessions.c.tenant_id, sessions.c.id, sessions.c.message_count, sessions.c.updated_at
@@ -517,7 +519,11 @@ def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     recent = (
         sa.select(*_MESSAGE_COLUMNS)
         .where(
-            messages.c.tenant_id == sessions.c.tenant_id,
+            # The bound tenant, not sessions.tenant_id: with the policy's
+            # tenant_id = current_setting(...) that equivalence would yield a
+            # pseudoconstant qual, which Citus refuses in an outer join
+            # (PostgreSQL 15 and 16). visible() binds the same parameter.
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
             messages.c.session_id == sessions.c.id,
         )
         .order_by(messages.c.seq.desc())
@@ -526,7 +532,9 @@ def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     )
     return (
         sa.select(*SESSION_COLUMNS, *(c.label(f"m_{c.name}") for c in recent.c))
-        .select_from(sessions.outerjoin(recent, sa.true()))
+        # ON a real condition (implied by the lateral's own), not ON true:
+        # Citus refuses an outer join on a constant (PostgreSQL 15 and 16).
+        .select_from(sessions.outerjoin(recent, recent.c.session_id == sessions.c.id))
         .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
         .order_by(recent.c.seq)
     )

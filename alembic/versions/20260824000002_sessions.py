@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from alembic import op
+from cortex.migrate import distribute
 
 revision: str = "20260824000002"
 down_revision: str | Sequence[str] | None = "20260801000001"
@@ -64,6 +65,7 @@ def upgrade() -> None:
             "tenant_id = split_part(scope, '/', 1)", name="ck_sessions_scope_tenant"
         ),
     )
+    distribute("sessions")  # on Citus only (cortex.migrate)
     op.create_index("ix_sessions_tenant_recent", "sessions", ["tenant_id", *_ORDER])
     op.create_index("ix_sessions_agent_recent", "sessions", ["tenant_id", "agent_id", *_ORDER])
     op.create_index("ix_sessions_scope_recent", "sessions", ["tenant_id", "scope", *_ORDER])
@@ -114,6 +116,7 @@ def upgrade() -> None:
     op.alter_column("messages", "scope", nullable=True)
     op.drop_constraint("messages_pkey", "messages", type_="primary")
     op.create_primary_key("pk_messages", "messages", ["tenant_id", "id"])
+    distribute("messages")  # keyed by tenant now; before its foreign key into sessions
     op.create_foreign_key(
         "fk_messages_tenant_id_session_id_sessions",
         "messages",

@@ -207,8 +207,9 @@ def upgrade() -> None:
         with progress("backfill", todo, unit="conversations") as advance:
             # Passes repeat while a pass made progress: a default created
             # concurrently by the new release makes its conversation sit out
-            # one pass (ON CONFLICT skipped it) and join on the next.
-            while True:
+            # one pass (ON CONFLICT skipped it) and join on the next. Nothing
+            # pending, no pass: on Citus the cross-tenant batch cannot run.
+            while todo:
                 cursor = dict(params)
                 moved_this_pass = 0
                 while True:

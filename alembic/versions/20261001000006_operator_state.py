@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from alembic import op
+from cortex.migrate import distribute
 
 revision: str = "20261001000006"
 down_revision: str | Sequence[str] | None = "20260901000005"
@@ -95,6 +96,7 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
     )
+    distribute("pending_inputs")  # on Citus only (cortex.migrate)
     op.create_index(
         "ix_pending_inputs_interrupt",
         "pending_inputs",
@@ -111,6 +113,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant_id", "session_id", "kind", name="pk_session_markers"),
         sa.CheckConstraint("kind IN ('aborted', 'interrupted')", name="ck_session_markers_kind"),
     )
+    distribute("session_markers")
     _protect("pending_inputs")
     _protect("session_markers")
 
