@@ -397,7 +397,10 @@ class Store:
         scope, sid = current_scope(), _sid(session_id)
         batch = _messages.encode_batch(list(messages))
         return await self._run(
-            scope, lambda conn: _messages.append_messages(conn, scope, sid, batch)
+            scope,
+            lambda conn: _messages.append_messages(
+                conn, scope, sid, batch, distributed=self._distributed
+            ),
         )
 
     @boundary
@@ -542,7 +545,9 @@ class Store:
             await _operator.check_resumable(
                 conn, scope, sid, interrupt_id, response, checked=schemas
             )
-            (stored,) = await _messages.append_messages(conn, scope, sid, batch)
+            (stored,) = await _messages.append_messages(
+                conn, scope, sid, batch, distributed=self._distributed
+            )
             return stored
 
         return await self._run(scope, body)

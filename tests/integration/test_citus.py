@@ -201,3 +201,20 @@ async def _distribution(url: str) -> set[tuple[str, str]]:
     finally:
         await conn.close()
     return {(r[0], r[1]) for r in rows}
+
+
+async def test_small_and_large_batches_number_exactly(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    # Up to 32 messages append as two router statements, larger batches as one
+    # statement through the coordinator: both number gap-free.
+    with use_scope(tenant):
+        session = await store.create_session(agent())
+        small = await store.append_messages(session.id, [NewMessage("user", "a")] * 3)
+        large = await store.append_messages(session.id, [NewMessage("user", "b")] * 40)
+        again = await store.append_messages(session.id, [NewMessage("user", "c")])
+    assert [m.seq for m in small + large + again] == list(range(1, 45))
+    count = await owner_conn.fetchval(
+        "SELECT message_count FROM sessions WHERE tenant_id = $1", tenant
+    )
+    assert count == 44

@@ -69,6 +69,7 @@ _DOMAINS: dict[str, tuple[Any, ...]] = {
     "cursor": (False, True),
     "offset": (False, True),
     "caller_chosen_id": (False, True),
+    "count": (1, 2, 5),
     "shape": tuple(_SHAPES),
 }
 
