@@ -27,7 +27,13 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
-from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade, record_compatibility, regrant_sql
+from cortex.migrate import (
+    MIGRATION_LOCK_KEY,
+    check_downgrade,
+    distribute_all_sql,
+    record_compatibility,
+    regrant_sql,
+)
 
 config = context.config
 # Seconds between two tries for the migration lock while another job holds it.
@@ -94,6 +100,9 @@ def _do_run_migrations(connection: Connection) -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+        # On Citus, a database migrated before the extension was added (cortex.migrate).
+        for statement in distribute_all_sql():
+            connection.exec_driver_sql(statement)
         # Objects a run (re)created carry no grants yet: give every
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):

@@ -27,8 +27,10 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
+from cortex._db import begin_sql
 from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
+from cortex.scope import Scope
 
 _DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
@@ -118,9 +120,8 @@ class Floor:
     async def run(
         self, tenant: str, sql: str, args: Sequence[Any], *, custom_plans: bool = False
     ) -> list[asyncpg.Record]:
-        begin = f"BEGIN; SELECT set_config('cortex.tenant', '{tenant}', true)"
-        if custom_plans:  # what cortex does for searches
-            begin += "; SET LOCAL plan_cache_mode = force_custom_plan"
+        # cortex's own BEGIN message, so the floor binds the tenant the same way.
+        begin = begin_sql(Scope.parse(tenant), custom_plans=custom_plans)
         async with self.pool.acquire() as conn:
             await conn.execute(begin)
             try:

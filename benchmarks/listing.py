@@ -30,7 +30,7 @@ from benchmarks._common import (
 )
 from benchmarks.seed import seed
 from cortex import ListFilter, SessionState, use_scope
-from cortex._db import run_transaction
+from cortex._db import begin_sql, run_transaction
 from cortex._filters import cursor_params, filter_params, filter_shape
 from cortex._sessions import _count_statement, _page_statement, select_page
 from cortex.scope import Scope
@@ -142,9 +142,9 @@ async def _plan_line(app_url: str, tenant: str, sql: str, args: list[Any], custo
     conn = await asyncpg.connect(app_url, statement_cache_size=0)
     try:
         async with conn.transaction():
-            await conn.execute(f"SELECT set_config('cortex.tenant', '{tenant}', true)")
-            if custom:
-                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            # cortex's binding (its BEGIN message without the BEGIN).
+            binding = begin_sql(Scope.parse(tenant), custom_plans=custom).split(";", 1)[1]
+            await conn.execute(binding)
             rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args)
     finally:
         await conn.close()
@@ -173,7 +173,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
         try:
             for q in queries(org0):
                 scope = Scope.parse(q.scope)
-                shape = filter_shape(scope, q.flt)
+                shape = filter_shape(scope, q.flt, distributed=store.distributed)
                 values = {
                     **filter_params(scope, q.flt),
                     "limit": q.flt.page_size,
@@ -209,6 +209,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                                     flt=q.flt,
                                     limit=q.flt.page_size,
                                     after=cursor,
+                                    distributed=store.distributed,
                                 ),
                             )
                         else:

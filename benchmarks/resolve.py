@@ -29,6 +29,7 @@ from benchmarks._common import (
     timed_workers,
 )
 from cortex import use_scope
+from cortex._db import begin_sql
 from cortex._filters import scope_params
 from cortex._sessions import _default_statement, _resolve_insert_statement, scope_columns
 from cortex.ids import new_uuid
@@ -64,9 +65,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                 **scope_params(SCOPE),
             }
             async with floor.pool.acquire() as conn:
-                await conn.execute(
-                    f"BEGIN; SELECT set_config('cortex.tenant', '{SCOPE.tenant}', true)"
-                )
+                await conn.execute(begin_sql(SCOPE, custom_plans=False))
                 try:
                     row = await conn.fetchrow(insert_sql, *bind(insert_order, values))
                     if row is None:

@@ -324,7 +324,9 @@ def backfill(
         conn.execute(sa.text("SET session_replication_role = replica"))
     try:
         with progress("backfill", todo, unit="messages") as advance:
-            for _ in range(MAX_PASSES):
+            # Nothing pending, no pass: on Citus a batch (it reads across
+            # tenants to find its conversations) cannot even be planned.
+            for _ in range(MAX_PASSES if todo else 0):
                 if _pass(conn, revision, batch_rows, max_rate, totals, advance, started) == 0:
                     break
     finally:

@@ -1,7 +1,8 @@
 """The transaction runner: the only way the store touches the database.
 
 :func:`run_transaction` runs one transaction per call, the tenant bound for
-row-level security with a transaction-local ``set_config``, rollback unless
+row-level security with a transaction-local ``SET LOCAL`` (propagated to
+Citus workers), rollback unless
 the body returns, bounded retries of serialization failures and deadlocks,
 and every driver error translated to a :class:`~cortex.errors.CortexError`.
 The functions it runs never commit. Statements run through
@@ -145,9 +146,21 @@ def begin_sql(scope: Scope, *, custom_plans: bool, snapshot: bool = False) -> st
     # would need the extended protocol and a second round trip). The tenant
     # is a validated scope segment ([A-Za-z0-9._:-], no quote), so the
     # literal cannot break out; quotes are doubled regardless.
+    #
+    # SET LOCAL, not set_config(): on a Citus coordinator,
+    # citus.propagate_set_commands = 'local' makes the coordinator replay the
+    # transaction's SET LOCALs on every worker connection it opens, so the
+    # policies on the shards see the tenant too; set_config() is never
+    # propagated. On plain PostgreSQL citus.* is an unreserved placeholder:
+    # the first SET LOCAL is a no-op there. Both end with the transaction, so
+    # a pooled connection (or a PgBouncer server connection in transaction
+    # mode) never carries a tenant into the next transaction.
     tenant = scope.tenant.replace("'", "''")
     begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else "BEGIN"
-    sql = f"{begin}; SELECT set_config('{TENANT_SETTING}', '{tenant}', true)"
+    sql = (
+        f"{begin}; SET LOCAL citus.propagate_set_commands = 'local';"
+        f" SET LOCAL {TENANT_SETTING} = '{tenant}'"
+    )
     if custom_plans:
         # Searches: a term's selectivity decides the plan (a rare term wants
         # the trigram index, a common one the listing index), so a plan

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
 import asyncpg
@@ -24,6 +24,7 @@ __all__ = [
     "CHECKOUTS",
     "CONNECT_TIMEOUT",
     "SCHEMA_REVISION",
+    "SchemaState",
     "check_schema",
     "connect_options",
     "driver_dsn",
@@ -234,7 +235,25 @@ def make_engine(
     return engine
 
 
-async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> bool:
+class SchemaState(NamedTuple):
+    """What :func:`check_schema` learnt about the database besides its revision."""
+
+    # The login role is a superuser or BYPASSRLS: the database's second wall protects nothing.
+    bypasses_rls: bool
+    # cortex's tables are distributed by Citus (see cortex._filters.search_clause).
+    distributed: bool
+
+
+# pg_dist_partition exists only with the citus extension: asked only then.
+_DISTRIBUTED_SQL: Final = """
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_dist_partition
+    WHERE logicalrelid = pg_catalog.to_regclass('sessions')
+)
+"""
+
+
+async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> SchemaState:
     """Raise SchemaMismatch unless the database serves this code (revision ``expected``).
 
     It does when it is at that revision, or at a later one whose every step
@@ -242,8 +261,8 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
     keeps): a rolling deploy migrates first and replaces the processes after.
 
     Returns:
-        Whether the login role bypasses row-level security (a superuser or a
-        BYPASSRLS role): then the database's second wall protects nothing.
+        Whether the login role bypasses row-level security, and whether the
+        tables are distributed (a Citus coordinator).
 
     Raises:
         SchemaMismatch: naming the revision found and what fixes it.
@@ -273,8 +292,13 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
                     " WHERE rolname = current_user"
                 )
             )
+            citus = await conn.scalar(
+                sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+            )
+            distributed = bool(citus) and bool(await conn.scalar(sa.text(_DISTRIBUTED_SQL)))
+    state = SchemaState(bool(bypasses), distributed)
     if list(found) == [expected]:
-        return bool(bypasses)
+        return state
     if (
         len(found) == 1
         and found[0] > expected
@@ -282,7 +306,7 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
         and serves_from <= expected
     ):
         log.info("database at %s, which serves code from %s on", found[0], serves_from)
-        return bool(bypasses)
+        return state
     have = ", ".join(found) or "no cortex schema"
     if len(found) == 1 and found[0] > expected:
         raise SchemaMismatch(

@@ -141,10 +141,12 @@ class FilterShape(NamedTuple):
     search: bool
     # The state itself, not a flag: it is rendered as a constant (see session_predicate).
     state: SessionState | None
+    # The tables are distributed (Citus): see search_clause.
+    distributed: bool = False
 
 
-def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
-    """The statement shape for a scope and filter."""
+def filter_shape(scope: Scope, flt: ListFilter, *, distributed: bool = False) -> FilterShape:
+    """The statement shape for a scope and filter (on a distributed database or not)."""
     return FilterShape(
         depth_class(scope),
         flt.exact,
@@ -152,6 +154,7 @@ def filter_shape(scope: Scope, flt: ListFilter) -> FilterShape:
         flt.default_only,
         bool(flt.search),
         flt.state,
+        distributed,
     )
 
 
@@ -174,9 +177,14 @@ def search_clause(shape: FilterShape) -> ColumnElement[bool]:
     trigram indexes, but that SECURITY DEFINER function can, for the bound
     tenant only. Inside a narrower scope the term filters the listing walk
     instead, which stops after a page and never reads the tenant's matches.
+
+    On Citus (``shape.distributed``) the term always filters the walk: a
+    function that reads a distributed table cannot run inside a query routed
+    to a shard, and Citus cannot plan a SQL function with parameters there.
+    The shard's tenant-led indexes serve the walk (docs/citus.md).
     """
     pattern = _text("search_pattern")
-    if shape.depth == 1 and not shape.exact:
+    if shape.depth == 1 and not shape.exact and not shape.distributed:
         ids = sa.func.cortex_search_ids(pattern, type_=UUID(as_uuid=True))
         return sessions.c.id.in_(sa.select(ids))
     return sa.or_(

@@ -158,6 +158,110 @@ def _array(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
 
 
 @cache
+def _bump_statement(depth: int) -> sa.Update:
+    """Raise a visible session's counter by ``batch_size`` and move its preview, under its row lock.
+
+    Returns the new ``message_count`` (which numbers the batch) and
+    ``updated_at`` (the messages' ``created_at``).
+    """
+    n = sa.bindparam("batch_size", type_=sa.Integer())
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .values(
+            message_count=sessions.c.message_count + n,
+            last_message=sa.bindparam("preview", type_=sa.Text()),
+            # greatest(): appends queue on the row lock, so a later statement
+            # must never move updated_at backwards. statement_timestamp(), not
+            # clock_timestamp(): Citus refuses VOLATILE functions in an UPDATE
+            # of a distributed table.
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
+        )
+        .returning(
+            sessions.c.tenant_id, sessions.c.id, sessions.c.message_count, sessions.c.updated_at
+        )
+    )
+
+
+# Batches up to this size append as two router statements on Citus (one
+# INSERT ... VALUES shape per size, so the shapes stay few); larger batches,
+# rare, take the one-statement form there too.
+_ROUTED_BATCH: Final = 32
+
+
+@cache
+def _insert_rows_statement(count: int) -> sa.Insert:
+    """``INSERT ... VALUES`` of ``count`` messages, numbered by the caller (distributed databases).
+
+    Bind names are suffixed with the row's position; the tenant, session and
+    ``created_at`` are shared. One shape per batch size (at most
+    :data:`_ROUTED_BATCH` of them).
+    """
+
+    def text(name: str) -> sa.BindParameter[str]:
+        return sa.bindparam(name, type_=sa.Text())
+
+    rows = [
+        {
+            "tenant_id": text("scope_tenant"),
+            "id": sa.bindparam(f"m_id_{i}", type_=UUID(as_uuid=True)),
+            "session_id": sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+            "seq": sa.bindparam(f"m_seq_{i}", type_=sa.Integer()),
+            "role": text(f"m_role_{i}"),
+            "content": text(f"m_content_{i}"),
+            "author": text(f"m_author_{i}"),
+            "requested_input": sa.cast(text(f"m_requested_{i}"), JSONB()),
+            "function_response": sa.cast(text(f"m_response_{i}"), JSONB()),
+            # The host's JSON text, verbatim (json keeps its input text exactly).
+            "metadata_json": sa.cast(text(f"m_metadata_{i}"), JSON()),
+            "created_at": sa.bindparam("m_created_at", type_=sa.DateTime(timezone=True)),
+        }
+        for i in range(count)
+    ]
+    return (
+        sa.insert(messages)
+        .values(rows)
+        .returning(messages.c.id, messages.c.seq, messages.c.created_at)
+    )
+
+
+async def _append_routed(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch
+) -> list[Row]:
+    """The append as two single-shard router statements: the counter UPDATE, then the rows.
+
+    On Citus the one-statement form (:func:`_append_statement`) is an
+    ``INSERT ... SELECT`` from a data-modifying CTE, which Citus runs through
+    the coordinator in two steps; these two are plain router statements and
+    cost less there (docs/citus.md). The row lock the UPDATE takes is held
+    until COMMIT, so the numbering is as gap-free as the one-statement form.
+    """
+    params = _append_params(scope, session_id, batch)
+    bump = {k: params[k] for k in ("target_id", "batch_size", "preview")}
+    bumped = (
+        await conn.execute(_bump_statement(depth_class(scope)), {**scope_params(scope), **bump})
+    ).first()
+    if bumped is None:
+        return []
+    first = bumped["message_count"] - len(batch.messages) + 1
+    values: dict[str, Any] = {
+        "scope_tenant": scope.tenant,
+        "target_id": session_id,
+        "m_created_at": bumped["updated_at"],
+    }
+    for i, message in enumerate(batch.messages):
+        values[f"m_id_{i}"] = batch.ids[i]
+        values[f"m_seq_{i}"] = first + i
+        values[f"m_role_{i}"] = message.role
+        values[f"m_content_{i}"] = message.content
+        values[f"m_author_{i}"] = message.author
+        values[f"m_requested_{i}"] = batch.requested[i]
+        values[f"m_response_{i}"] = batch.responses[i]
+        values[f"m_metadata_{i}"] = batch.metadata[i]
+    return (await conn.execute(_insert_rows_statement(len(batch.messages)), values)).all()
+
+
+@cache
 def _append_statement(depth: int) -> sa.Insert:
     """One statement: raise the counter under the row lock, then insert the rows.
 
@@ -175,21 +279,7 @@ def _append_statement(depth: int) -> sa.Insert:
     memory for a large batch.
     """
     n = sa.bindparam("batch_size", type_=sa.Integer())
-    touched = (
-        sa.update(sessions)
-        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
-        .values(
-            message_count=sessions.c.message_count + n,
-            last_message=sa.bindparam("preview", type_=sa.Text()),
-            # greatest(): appends queue on the row lock, so a later statement
-            # must never move updated_at backwards.
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
-        )
-        .returning(
-            sessions.c.tenant_id, sessions.c.id, sessions.c.message_count, sessions.c.updated_at
-        )
-        .cte("touched")
-    )
+    touched = _bump_statement(depth).cte("touched")
     rows = (
         sa.func.unnest(
             _array("m_ids", UUID(as_uuid=True)),
@@ -373,9 +463,14 @@ def _messages_of(
 
 
 async def append_messages(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    batch: EncodedBatch,
+    *,
+    distributed: bool = False,
 ) -> list[Message]:
-    """Append ``batch`` to a visible session in one statement.
+    """Append ``batch`` to a visible session in one statement (two router statements on Citus).
 
     Idempotency: when messages carry caller-chosen ids, the ids already
     stored are looked up first. All of them stored, each the same message in
@@ -402,9 +497,12 @@ async def append_messages(
             return _messages_of(
                 session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in stored}
             )
-    stmt = _append_statement(depth_class(scope))
     try:
-        rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
+        if distributed and len(batch.messages) <= _ROUTED_BATCH:
+            rows = await _append_routed(conn, scope, session_id, batch)
+        else:
+            stmt = _append_statement(depth_class(scope))
+            rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
     except asyncpg.UniqueViolationError as exc:
         if any(batch.keyed):
             raise RetryTransaction from exc  # a concurrent append stored these ids; look again
@@ -504,7 +602,11 @@ def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     recent = (
         sa.select(*_MESSAGE_COLUMNS)
         .where(
-            messages.c.tenant_id == sessions.c.tenant_id,
+            # The bound tenant, not sessions.tenant_id: with the policy's
+            # tenant_id = current_setting(...) that equivalence would yield a
+            # pseudoconstant qual, which Citus refuses in an outer join
+            # (PostgreSQL 15 and 16). visible() binds the same parameter.
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
             messages.c.session_id == sessions.c.id,
         )
         .order_by(messages.c.seq.desc())
@@ -513,7 +615,9 @@ def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     )
     return (
         sa.select(*SESSION_COLUMNS, *(c.label(f"m_{c.name}") for c in recent.c))
-        .select_from(sessions.outerjoin(recent, sa.true()))
+        # ON a real condition (implied by the lateral's own), not ON true:
+        # Citus refuses an outer join on a constant (PostgreSQL 15 and 16).
+        .select_from(sessions.outerjoin(recent, recent.c.session_id == sessions.c.id))
         .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
         .order_by(recent.c.seq)
     )

@@ -103,7 +103,8 @@ def _record_statement(depth: int) -> sa.Update:
                 asked.c.interrupt_id,
                 asked.c.message,
                 asked.c.author,
-                sa.func.clock_timestamp(),
+                # Not clock_timestamp(): VOLATILE, refused by Citus here.
+                sa.func.statement_timestamp(),
                 sa.cast(asked.c.response_schema, JSONB()),
                 sa.cast(asked.c.payload, JSONB()),
             ),
@@ -247,7 +248,7 @@ def _marker_insert(kind: str) -> Any:
         kind=kind,
         scope=_text("marker_scope"),
         reason=_text("reason"),
-        marked_at=sa.func.clock_timestamp(),
+        marked_at=sa.func.statement_timestamp(),  # not VOLATILE clock_timestamp(): Citus
     )
 
 

@@ -79,6 +79,21 @@ SESSION_COLUMNS: Final = (
 _UQ_DEFAULT: Final = "uq_sessions_default"
 
 
+def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) -> bool:
+    """Whether a unique violation on sessions hit uq_sessions_default (not the primary key).
+
+    sessions has exactly those two unique indexes. The reported name decides
+    (cortex.errors.constraint_of maps a Citus shard's copy back). A Citus
+    coordinator relays a worker's error without the constraint field, and
+    cortex never reads the localised message; then the statement decides:
+    only a row written with is_default = true can hit the default index, and
+    where a row is written as a default its id cannot clash (a generated
+    UUIDv7, or a caller-chosen id checked under that id's advisory lock).
+    """
+    name = constraint_of(exc)
+    return wrote_default if name is None else name == _UQ_DEFAULT
+
+
 def row_to_session(row: Row) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS."""
     return from_database(
@@ -134,25 +149,31 @@ def _scope_values() -> dict[str, Any]:
 
 
 @cache
-def _insert_statement() -> sa.Insert:
+def _insert_statement(caller_chosen_id: bool) -> sa.Insert:
+    values: dict[str, Any] = {
+        "id": _id_param(),
+        "agent_id": sa.bindparam("new_agent_id", type_=sa.Text()),
+        "title": sa.bindparam("new_title", type_=sa.Text()),
+        "metadata_json": verbatim_json_param("new_metadata"),
+        "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
+        **_scope_values(),
+    }
+    if not caller_chosen_id:
+        # A generated id is a fresh UUIDv7 no marker can name: a plain
+        # INSERT ... VALUES, which Citus routes straight to the tenant's shard.
+        return sa.insert(sessions).values(**values).returning(*SESSION_COLUMNS)
+    # A marker parked by mark_interrupted before this session existed shows
+    # now, if it was set in this exact scope. INSERT ... SELECT, not a
+    # subquery inside VALUES: Citus refuses those (docs/citus.md).
+    values["is_interrupted"] = sa.exists().where(
+        session_markers.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
+        session_markers.c.session_id == _id_param(),
+        session_markers.c.kind == "interrupted",
+        session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
+    )
     return (
         sa.insert(sessions)
-        .values(
-            id=_id_param(),
-            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
-            title=sa.bindparam("new_title", type_=sa.Text()),
-            metadata_json=verbatim_json_param("new_metadata"),
-            is_default=sa.bindparam("new_is_default", type_=sa.Boolean()),
-            # A marker parked by mark_interrupted before this session existed
-            # shows now, if it was set in this exact scope.
-            is_interrupted=sa.exists().where(
-                session_markers.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
-                session_markers.c.session_id == _id_param(),
-                session_markers.c.kind == "interrupted",
-                session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
-            ),
-            **_scope_values(),
-        )
+        .from_select(list(values), sa.select(*(v.label(k) for k, v in values.items())))
         .returning(*SESSION_COLUMNS)
     )
 
@@ -195,7 +216,9 @@ def _update_statement(depth: int) -> sa.Update:
             metadata_json=verbatim_json_param("new_metadata"),
             # The jsonb copy of a legacy row is superseded: free it.
             metadata=sa.text("'{}'::jsonb"),
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.clock_timestamp()),
+            # statement_timestamp(), not clock_timestamp(): Citus refuses
+            # VOLATILE functions in an UPDATE of a distributed table.
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
         )
         .returning(*SESSION_COLUMNS)
     )
@@ -317,9 +340,9 @@ async def insert_session(
                 return row_to_session(existing)
             raise Conflict(taken)
     try:
-        row = (await conn.execute(_insert_statement(), params)).one()
+        row = (await conn.execute(_insert_statement(caller_chosen_id), params)).one()
     except asyncpg.UniqueViolationError as exc:
-        if constraint_of(exc) == _UQ_DEFAULT:
+        if _default_clash(exc, wrote_default=is_default):
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
         if caller_chosen_id:
             # A concurrent create of this id committed while we inserted:
@@ -390,9 +413,14 @@ async def select_page(
     limit: int,
     offset: int = 0,
     after: tuple[Any, uuid.UUID] | None = None,
+    distributed: bool = False,
 ) -> list[Session]:
-    """One page of the listing, by offset or after a keyset cursor."""
-    stmt = _page_statement(filter_shape(scope, flt), cursor=after is not None, offset=offset > 0)
+    """One page of the listing, by offset or after a keyset cursor.
+
+    ``distributed``: the tables are distributed (Citus); see cortex._filters.search_clause.
+    """
+    shape = filter_shape(scope, flt, distributed=distributed)
+    stmt = _page_statement(shape, cursor=after is not None, offset=offset > 0)
     params = {**filter_params(scope, flt), "limit": limit}
     if offset > 0:
         params["offset"] = offset
@@ -402,9 +430,11 @@ async def select_page(
     return [row_to_session(row) for row in rows]
 
 
-async def count_sessions(conn: Tx, scope: Scope, flt: ListFilter) -> int:
+async def count_sessions(
+    conn: Tx, scope: Scope, flt: ListFilter, *, distributed: bool = False
+) -> int:
     """How many sessions the listing would return without limit or offset."""
-    stmt = _count_statement(filter_shape(scope, flt))
+    stmt = _count_statement(filter_shape(scope, flt, distributed=distributed))
     return int((await conn.execute(stmt, filter_params(scope, flt))).scalar_one())
 
 
@@ -451,9 +481,12 @@ def _lock_statement() -> sa.Select[Any]:
 @cache
 def _switch_statements(depth: int) -> tuple[sa.Update, sa.Update]:
     """Demote the current default and promote the target, within one (agent, scope)."""
+    # The target's exact scope by its path alone: visible() already binds the
+    # tenant, and a second tenant parameter (equal at run time) would make
+    # Citus plan the UPDATE for every shard.
     same_thread = sa.and_(
         visible(depth),
-        exact_clause(key="target"),
+        sessions.c.scope == sa.bindparam("target_path", type_=sa.Text()),
         sessions.c.agent_id == sa.bindparam("target_agent_id", type_=sa.Text()),
     )
     demote = (
@@ -489,12 +522,9 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
     await conn.execute(_lock_statement(), {"lock_key": key})
     demote, promote = _switch_statements(depth_class(scope))
-    target_scope = scope_params(target.scope, key="target")
     params = {
         **scope_params(scope),
-        # exact_clause(key="target") binds the tenant and the path only.
-        "target_tenant": target_scope["target_tenant"],
-        "target_path": target_scope["target_path"],
+        "target_path": str(target.scope),
         "target_agent_id": target.agent_id,
         "target_id": session_id,
     }
@@ -502,7 +532,7 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     try:
         row = (await conn.execute(promote, params)).one()
     except asyncpg.UniqueViolationError as exc:
-        if constraint_of(exc) == _UQ_DEFAULT:
+        if _default_clash(exc, wrote_default=True):  # the promote writes is_default = true
             raise RetryTransaction from exc
         raise
     return row_to_session(row)

@@ -140,12 +140,26 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _read_distribution(url: str) -> migrate.Distribution:
+    engine = make_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with translate_errors():
+            async with engine.connect() as conn:
+                return await conn.run_sync(migrate.distribution_of)
+    finally:
+        await engine.dispose()
+
+
 def cmd_current(args: argparse.Namespace) -> int:
-    found = asyncio.run(_read_revision(database_url(args)))
+    url = database_url(args)
+    found = asyncio.run(_read_revision(url))
+    distribution = asyncio.run(_read_distribution(url))
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,
         "up_to_date": found == [SCHEMA_REVISION],
+        "distributed": distribution.distributed,
+        "distribution": distribution.summary,
     }
     if args.json:
         emit_json(state)
@@ -153,6 +167,7 @@ def cmd_current(args: argparse.Namespace) -> int:
         have = ", ".join(found) or "base (no cortex schema)"
         verdict = "up to date" if state["up_to_date"] else "run `cortex db upgrade`"
         print(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
+        print(distribution.summary)
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ original with ``from``. This module must not import the rest of cortex.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -118,13 +119,23 @@ def sqlstate_of(exc: BaseException) -> str | None:
     return state if isinstance(state, str) else None
 
 
+# A Citus worker reports the shard's copy of a constraint or index: the name
+# with ``_<shard id>`` appended (uq_sessions_default_102020). No cortex
+# constraint or index name ends in ``_<digits>`` (tests/unit/test_errors.py
+# keeps it so), so the suffix is removed unconditionally.
+_SHARD_SUFFIX: Final = re.compile(r"_[0-9]+\Z")
+
+
 def constraint_of(exc: BaseException) -> str | None:
-    """The name of the constraint or index a driver error reports (raw or wrapped), or None."""
+    """The name of the constraint or index a driver error reports (raw or wrapped), or None.
+
+    The schema's name, also when a Citus worker reports its shard's copy.
+    """
     name = getattr(exc, "constraint_name", None)
     if name is None:
         driver = getattr(getattr(exc, "orig", None), "__cause__", None)
         name = getattr(driver, "constraint_name", None)
-    return name if isinstance(name, str) else None
+    return _SHARD_SUFFIX.sub("", name) if isinstance(name, str) else None
 
 
 def _by_sqlstate(state: str | None) -> CortexError:

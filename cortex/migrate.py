@@ -14,6 +14,12 @@ Deployment roles: migrations run as the *owner* role (it creates the tables
 and the pg_trgm extension). The service connects as a separate *application*
 role that is neither owner nor superuser nor BYPASSRLS, so row-level
 security applies to it; :func:`grant_sql` lists what that role needs.
+
+Citus: on a database with the ``citus`` extension (a coordinator), each
+migration that creates a cortex table distributes it there and then by
+calling :func:`distribute`, so ``cortex db upgrade`` alone produces the
+distributed schema and no revision ever leaves a local table behind. On
+plain PostgreSQL the call does nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import re
 import time
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import sqlalchemy as sa
 from alembic.config import Config
@@ -33,18 +39,24 @@ from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
-from alembic import command
+from alembic import command, op
 from cortex import _backfill, _ddl
 from cortex._engine import make_engine, normalise_url
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
     "BACKFILL_REVISION",
+    "COLOCATION_ANCHOR",
     "MIGRATION_LOCK_KEY",
     "DataLossRefused",
+    "Distribution",
     "alembic_config",
     "backfill",
     "check_downgrade",
+    "distribute",
+    "distribute_all_sql",
+    "distribute_sql",
+    "distribution_of",
     "downgrade",
     "grant_sql",
     "oldest_compatible_code",
@@ -93,6 +105,118 @@ def alembic_config(url: str | None = None, *, configure_logging: bool = False) -
 
 class DataLossRefused(InvalidInput):
     """A downgrade would destroy data and was not told that it may."""
+
+
+# The table every other cortex table is co-located with: a tenant's sessions,
+# messages, pending inputs and markers share one shard group, so every
+# statement (joins and foreign keys included) runs on one worker.
+COLOCATION_ANCHOR: Final = "sessions"
+
+
+def distribute_sql(table: str) -> str:
+    """The statement that distributes ``table`` by ``tenant_id`` if the database runs Citus.
+
+    A ``DO`` block decided by the server when it runs, so the offline SQL
+    ``cortex db sql`` prints does the same as an online upgrade. Nested IFs:
+    ``pg_dist_partition`` exists only where the extension does, and PL/pgSQL
+    plans a statement only when it reaches it. Already distributed: nothing.
+    No cortex table fits a reference table (each is per tenant), and
+    ``alembic_version`` stays on the coordinator, where only migrations read it.
+    """
+    if _ROLE.fullmatch(table) is None:
+        raise InvalidInput(f"table: {table!r} is not a plain SQL identifier")
+    colocate = "none" if table == COLOCATION_ANCHOR else COLOCATION_ANCHOR
+    return f"""
+DO $citus$
+DECLARE
+    trigger_name name;
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
+       AND pg_catalog.to_regclass('{table}') IS NOT NULL THEN
+        IF NOT EXISTS (
+            SELECT FROM pg_catalog.pg_dist_partition
+            WHERE logicalrelid = pg_catalog.to_regclass('{table}')
+        ) THEN
+            -- Citus refuses triggers on distributed tables (citus.enable_unsafe_triggers).
+            -- cortex's own serve the previous releases only (a legacy writer's tenant,
+            -- an old release's metadata rewrite); a Citus database serves this one.
+            FOR trigger_name IN
+                SELECT tgname FROM pg_catalog.pg_trigger
+                WHERE tgrelid = pg_catalog.to_regclass('{table}') AND NOT tgisinternal
+                  AND tgname LIKE 'cortex%'
+            LOOP
+                EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, '{table}');
+            END LOOP;
+            PERFORM create_distributed_table('{table}', 'tenant_id', colocate_with => '{colocate}');
+        END IF;
+    END IF;
+END
+$citus$
+"""
+
+
+def distribute(table: str) -> None:
+    """Inside a migration: distribute the table it just created, on Citus only.
+
+    Called right after the table exists (with its primary key, which leads
+    with ``tenant_id``), before anything references it: a foreign key from a
+    distributed table needs its target distributed and co-located already.
+    """
+    op.execute(distribute_sql(table))
+
+
+# Every cortex table, the co-location anchor first (a table joins its group).
+_DISTRIBUTED_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers")
+
+
+def distribute_all_sql() -> list[str]:
+    """What ``alembic/env.py`` runs after every upgrade run: each table distributed on Citus.
+
+    The revisions distribute each table as they create it; this catches a
+    database migrated *before* the citus extension was added to it, so
+    ``cortex db upgrade`` alone always leaves the schema distributed. A
+    table already distributed (or absent, after a downgrade) is skipped;
+    on plain PostgreSQL every block does nothing.
+    """
+    return [distribute_sql(table) for table in _DISTRIBUTED_TABLES]
+
+
+_DISTRIBUTION_SQL: Final = """
+SELECT c.relname::text AS name,
+       CASE p.partmethod WHEN 'h' THEN 'distributed' WHEN 'n' THEN 'reference' END AS kind,
+       p.colocationid
+FROM pg_catalog.pg_dist_partition AS p
+JOIN pg_catalog.pg_class AS c ON c.oid = p.logicalrelid
+WHERE c.relnamespace = pg_catalog.current_schema()::regnamespace
+ORDER BY c.relname
+"""
+
+
+class Distribution(NamedTuple):
+    """Whether cortex's tables are distributed, and one line saying how (``cortex db current``)."""
+
+    distributed: bool
+    summary: str
+
+
+def distribution_of(connection: Connection) -> Distribution:
+    """Plain PostgreSQL, or how Citus holds cortex's tables."""
+    citus = connection.execute(
+        sa.text("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'citus'")
+    ).scalar()
+    if citus is None:
+        return Distribution(False, "not distributed (plain PostgreSQL)")
+    rows = connection.execute(sa.text(_DISTRIBUTION_SQL)).all()
+    workers = connection.execute(
+        sa.text("SELECT count(*) FROM pg_catalog.pg_dist_node WHERE groupid <> 0 AND isactive")
+    ).scalar()
+    on = f"Citus {citus}, {workers} workers"
+    if not rows:
+        return Distribution(False, f"not distributed ({on}; run `cortex db upgrade`)")
+    groups = {row.colocationid for row in rows}
+    tables = ", ".join(f"{row.name} ({row.kind})" for row in rows)
+    together = "co-located" if len(groups) == 1 else f"in {len(groups)} co-location groups"
+    return Distribution(True, f"distributed by tenant_id on {on}, {together}: {tables}")
 
 
 def upgrade(

@@ -80,15 +80,17 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
     """
     engine = make_engine(url, manual_transactions=True, **pool_options)
     try:
-        bypasses = await check_schema(engine)
-        if bypasses:
+        state = await check_schema(engine)
+        if state.bypasses_rls:
             log.warning(
                 "cortex is connected as %s, a superuser or BYPASSRLS role: row-level "
                 "security does not apply to it, so only cortex's own predicates keep "
                 "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
                 engine.url.username or "the login role",
             )
-        yield Store(engine, bypasses_row_level_security=bypasses)
+        yield Store(
+            engine, bypasses_row_level_security=state.bypasses_rls, distributed=state.distributed
+        )
     finally:
         await engine.dispose()
 
@@ -116,9 +118,16 @@ class Store:
     beneath it. Nothing outside is ever read, written or hinted at.
     """
 
-    def __init__(self, engine: AsyncEngine, *, bypasses_row_level_security: bool = False) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        bypasses_row_level_security: bool = False,
+        distributed: bool = False,
+    ) -> None:
         self._engine = engine
         self._bypasses_rls = bypasses_row_level_security
+        self._distributed = distributed
 
     @property
     def engine(self) -> AsyncEngine:
@@ -132,6 +141,15 @@ class Store:
         ``connect()`` logs a warning when it is (logger ``cortex``).
         """
         return self._bypasses_rls
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the database is a Citus coordinator with cortex's tables distributed.
+
+        Learnt by ``connect()``; it picks the search form Citus can route
+        (docs/citus.md).
+        """
+        return self._distributed
 
     async def _run(
         self,
@@ -244,7 +262,12 @@ class Store:
         return await self._run(
             scope,
             lambda conn: _sessions.select_page(
-                conn, scope, flt, limit=flt.page_size, offset=flt.offset
+                conn,
+                scope,
+                flt,
+                limit=flt.page_size,
+                offset=flt.offset,
+                distributed=self._distributed,
             ),
             flt=flt,
         )
@@ -254,7 +277,9 @@ class Store:
         """How many sessions ``list_sessions`` would return without limit and offset."""
         scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
-            scope, lambda conn: _sessions.count_sessions(conn, scope, flt), flt=flt
+            scope,
+            lambda conn: _sessions.count_sessions(conn, scope, flt, distributed=self._distributed),
+            flt=flt,
         )
 
     @boundary
@@ -299,6 +324,7 @@ class Store:
                         flt=flt,
                         limit=flt.page_size,
                         after=after,
+                        distributed=self._distributed,
                     )
                 )
                 for session in batch:
@@ -371,7 +397,10 @@ class Store:
         scope, sid = current_scope(), _sid(session_id)
         batch = _messages.encode_batch(list(messages))
         return await self._run(
-            scope, lambda conn: _messages.append_messages(conn, scope, sid, batch)
+            scope,
+            lambda conn: _messages.append_messages(
+                conn, scope, sid, batch, distributed=self._distributed
+            ),
         )
 
     @boundary
@@ -516,7 +545,9 @@ class Store:
             await _operator.check_resumable(
                 conn, scope, sid, interrupt_id, response, checked=schemas
             )
-            (stored,) = await _messages.append_messages(conn, scope, sid, batch)
+            (stored,) = await _messages.append_messages(
+                conn, scope, sid, batch, distributed=self._distributed
+            )
             return stored
 
         return await self._run(scope, body)

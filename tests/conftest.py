@@ -9,6 +9,15 @@ server's superuser, the owner. The store under test connects as a fresh
 non-superuser role, so row-level security applies exactly as in production.
 Tests isolate from one another by tenant: every test gets fresh, random
 tenant names (see ``tenant``), and tenancy is what cortex isolates by.
+
+The Citus lane: with ``CORTEX_TEST_CITUS`` set to a coordinator's superuser
+URL (``python -m tests.citus_cluster start`` prints one), every throwaway
+database and role is made on the coordinator and on each worker
+(``CORTEX_TEST_CITUS_WORKERS``, ``host:port,...``; default the coordinator's
+host on ports 9701 and 9702), the ``citus`` extension is created in it on
+every node and the workers are registered, all before the migrations run;
+``cortex db upgrade`` then distributes the tables itself. The tests run
+unchanged on it.
 """
 
 from __future__ import annotations
@@ -28,12 +37,34 @@ from typing import Any
 import anyio.from_thread
 import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 import cortex
 from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _LOCAL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+CITUS_URL = os.environ.get("CORTEX_TEST_CITUS") or None
+
+
+def citus_workers() -> list[tuple[str, int]]:
+    """The Citus lane's workers as (host, port); empty outside the lane."""
+    if CITUS_URL is None:
+        return []
+    spec = os.environ.get("CORTEX_TEST_CITUS_WORKERS")
+    if not spec:
+        host = make_url(CITUS_URL).host or "127.0.0.1"
+        return [(host, 9701), (host, 9702)]
+    return [(item.rsplit(":", 1)[0], int(item.rsplit(":", 1)[1])) for item in spec.split(",")]
+
+
+def _node_urls(server: str) -> list[str]:
+    """The server URL, then the same login on each Citus worker (outside the lane: the server)."""
+    base = make_url(server)
+    return [server] + [
+        base.set(host=host, port=port).render_as_string(hide_password=False)
+        for host, port in citus_workers()
+    ]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,7 +129,7 @@ def server_url() -> Iterator[str]:
     embedded server (the ``embedded`` extra) in a folder deleted afterwards.
     ``CORTEX_TEST_EMBEDDED=1`` skips straight to the embedded server.
     """
-    url = os.environ.get("TEST_DATABASE_URL")
+    url = CITUS_URL or os.environ.get("TEST_DATABASE_URL")
     if url:
         yield url
         return
@@ -136,21 +167,39 @@ def create_database(server: str) -> Database:
     """Create, migrate and grant a fresh database; the caller drops it."""
     suffix = uuid.uuid4().hex[:10]
     name, role = f"cortex_t_{suffix}", f"cortex_app_{suffix}"
-    asyncio.run(admin(server, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN'))
+    for node in _node_urls(server):
+        # On Citus, databases and roles are made on each node: one made
+        # outside a Citus database is not propagated.
+        asyncio.run(admin(node, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN'))
     owner = with_database(server, name)
+    if CITUS_URL is not None:
+        asyncio.run(make_citus(server, name))
     upgrade(owner)
     asyncio.run(admin(owner, *grant_sql(role)))
     return Database(name, owner, with_database(server, name, user=role), role)
 
 
-def drop_database(server: str, db: Database) -> None:
-    asyncio.run(
-        admin(
-            server,
-            f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)',
-            f'DROP ROLE IF EXISTS "{db.app_role}"',
-        )
+async def make_citus(server: str, name: str) -> None:
+    """The extension on every node of database ``name``; the workers registered on the coordinator."""
+    for node in _node_urls(server):
+        await admin(with_database(node, name), "CREATE EXTENSION citus")
+    coordinator = make_url(server)
+    await admin(
+        with_database(server, name),
+        f"SELECT citus_set_coordinator_host('{coordinator.host}', {coordinator.port or 5432})",
+        *(f"SELECT citus_add_node('{host}', {port})" for host, port in citus_workers()),
     )
+
+
+def drop_database(server: str, db: Database) -> None:
+    for node in _node_urls(server):
+        asyncio.run(
+            admin(
+                node,
+                f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)',
+                f'DROP ROLE IF EXISTS "{db.app_role}"',
+            )
+        )
 
 
 @pytest.fixture(scope="session")
@@ -188,9 +237,21 @@ def portal_store(
     portal.call(cm.__aexit__, None, None, None)
 
 
+def store_url(database: Database) -> str:
+    """What the ``store`` fixture connects to; in the Citus lane, one that refuses fan-out.
+
+    ``citus.multi_task_query_log_level = error`` makes any statement Citus
+    would send to more than one shard an error, so every store call in the
+    lane proves it was a single-tenant router query.
+    """
+    if CITUS_URL is None:
+        return database.app_url
+    return database.app_url + "?options=-c%20citus.multi_task_query_log_level%3Derror"
+
+
 @pytest.fixture
 async def store(database: Database) -> AsyncIterator[cortex.Store]:
-    async with cortex.connect(database.app_url, pool_size=10, max_overflow=40) as s:
+    async with cortex.connect(store_url(database), pool_size=10, max_overflow=40) as s:
         yield s
 
 

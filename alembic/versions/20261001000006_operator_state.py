@@ -55,6 +55,7 @@ from sqlalchemy.engine import Connection
 
 from alembic import context, op
 from cortex import _ddl as ddl
+from cortex.migrate import distribute
 
 revision: str = "20261001000006"
 down_revision: str | Sequence[str] | None = "20260901000005"
@@ -120,6 +121,7 @@ def _create_tables() -> None:
             ondelete="CASCADE",
         ),
     )
+    distribute("pending_inputs")  # on Citus only (cortex.migrate)
     op.create_index(
         "ix_pending_inputs_interrupt",
         "pending_inputs",
@@ -136,6 +138,7 @@ def _create_tables() -> None:
         sa.PrimaryKeyConstraint("tenant_id", "session_id", "kind", name="pk_session_markers"),
         sa.CheckConstraint("kind IN ('aborted', 'interrupted')", name="ck_session_markers_kind"),
     )
+    distribute("session_markers")
     _protect("pending_inputs")
     _protect("session_markers")
 

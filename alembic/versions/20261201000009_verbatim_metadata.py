@@ -67,7 +67,26 @@ BEGIN
 END
 $fn$
 """
-TRIGGER = "sessions_metadata_written_as_jsonb"
+TRIGGER = "cortex_sessions_metadata_as_jsonb"
+# Not on Citus: it refuses triggers on distributed tables, and a Citus
+# database serves only this release (cortex.migrate.distribute_sql).
+CREATE_TRIGGER = f"""
+DO $trigger$
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        IF EXISTS (
+            SELECT FROM pg_catalog.pg_dist_partition
+            WHERE logicalrelid = pg_catalog.to_regclass('sessions')
+        ) THEN
+            RETURN;
+        END IF;
+    END IF;
+    DROP TRIGGER IF EXISTS {TRIGGER} ON sessions;
+    CREATE TRIGGER {TRIGGER} BEFORE UPDATE OF metadata ON sessions
+        FOR EACH ROW EXECUTE FUNCTION cortex_forget_metadata_text();
+END
+$trigger$
+"""
 
 
 def upgrade() -> None:
@@ -77,11 +96,7 @@ def upgrade() -> None:
             # must not queue the running release behind a long transaction.
             ddl.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS metadata_json json")
         ddl.run(FORGET_TEXT)
-        ddl.run(
-            f"DROP TRIGGER IF EXISTS {TRIGGER} ON sessions",
-            f"CREATE TRIGGER {TRIGGER} BEFORE UPDATE OF metadata ON sessions "
-            "FOR EACH ROW EXECUTE FUNCTION cortex_forget_metadata_text()",
-        )
+        ddl.run(CREATE_TRIGGER)
 
 
 def data_loss(bind: Connection) -> list[str]:

@@ -28,7 +28,11 @@ def test_upgrade_current_downgrade(blank_db: str, capsys: pytest.CaptureFixture[
         "revision": SCHEMA_REVISION,
         "expected": SCHEMA_REVISION,
         "up_to_date": True,
+        "distributed": False,
+        "distribution": "not distributed (plain PostgreSQL)",
     }
+    assert main(["--database-url", blank_db, "db", "current"]) == 0
+    assert "not distributed (plain PostgreSQL)" in capsys.readouterr().out
     assert main(["--database-url", blank_db, "db", "downgrade", "20260824000003"]) == 0
     assert "20260824000003" in capsys.readouterr().out
 

@@ -66,4 +66,10 @@ def test_wheel_in_a_clean_venv(blank_db: str, tmp_path: Path) -> None:
     state = json.loads(
         _run(script, "db", "current", "--json", "--database-url", blank_db, cwd=tmp_path)
     )
-    assert state == {"revision": SCHEMA_REVISION, "expected": SCHEMA_REVISION, "up_to_date": True}
+    assert state == {
+        "revision": SCHEMA_REVISION,
+        "expected": SCHEMA_REVISION,
+        "up_to_date": True,
+        "distributed": False,
+        "distribution": "not distributed (plain PostgreSQL)",
+    }

@@ -1,0 +1,221 @@
+"""What holds only on a Citus cluster: the lane's own tests (``CORTEX_TEST_CITUS``).
+
+Skipped outside the lane. On it, the throwaway database was migrated by
+``cortex db upgrade`` alone (tests/conftest.py), and the store under test
+refuses any statement Citus would fan out to more than one shard
+(``citus.multi_task_query_log_level = error``), so every call these tests
+make is also proof that it routed to one shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import anyio
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+import cortex
+from cortex import ListFilter, NewMessage, use_scope
+from cortex.cli import main
+from tests.conftest import (
+    CITUS_URL,
+    Database,
+    admin,
+    asyncpg_dsn,
+    citus_workers,
+    create_database,
+    drop_database,
+)
+from tests.factories import agent
+
+pytestmark = pytest.mark.skipif(CITUS_URL is None, reason="the Citus lane only (CORTEX_TEST_CITUS)")
+
+_TABLES = ["messages", "pending_inputs", "session_markers", "sessions"]
+
+
+async def test_upgrade_alone_distributes_every_table_colocated(
+    owner_conn: asyncpg.Connection,
+) -> None:
+    rows = await owner_conn.fetch(
+        "SELECT table_name::text AS name, citus_table_type AS kind,"
+        " distribution_column AS column, colocation_id FROM citus_tables ORDER BY 1"
+    )
+    assert [r["name"] for r in rows] == _TABLES
+    assert {r["kind"] for r in rows} == {"distributed"}
+    assert {r["column"] for r in rows} == {"tenant_id"}
+    assert len({r["colocation_id"] for r in rows}) == 1
+    # Nothing cortex owns is left local on the coordinator but its revision table.
+    local = await owner_conn.fetch(
+        "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace"
+        " AND c.relkind = 'r' AND NOT EXISTS"
+        " (SELECT FROM pg_dist_partition p WHERE p.logicalrelid = c.oid)"
+    )
+    # What only migrations and connect() read stays on the coordinator.
+    assert sorted(r["relname"] for r in local) == ["alembic_version", "cortex_schema_compat"]
+
+
+def test_db_current_says_distributed(
+    database: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", database.owner_url, "db", "current", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"distributed": true' in out
+    assert "co-located" in out
+
+
+async def test_many_tenants_land_on_both_workers_with_exact_counters(
+    store: cortex.Store, owner_conn: asyncpg.Connection
+) -> None:
+    tenants = [f"t{uuid.uuid4().hex[:12]}" for _ in range(24)]
+
+    async def work(tenant: str) -> None:
+        with use_scope(f"{tenant}/proj"):
+            session = await store.create_session(agent())
+            for i in range(3):
+                await store.append_messages(
+                    session.id, [NewMessage("user", f"m{i}"), NewMessage("assistant", "r")]
+                )
+            await store.resolve_session(agent())
+
+    async with anyio.create_task_group() as tg:
+        for tenant in tenants:
+            tg.start_soon(work, tenant)
+
+    placed = await owner_conn.fetch(
+        """
+        SELECT s.tenant_id, n.nodeport
+        FROM sessions s
+        JOIN pg_dist_shard sh ON sh.shardid = get_shard_id_for_distribution_column('sessions', s.tenant_id)
+        JOIN pg_dist_placement pl ON pl.shardid = sh.shardid
+        JOIN pg_dist_node n ON n.groupid = pl.groupid
+        WHERE s.tenant_id = ANY($1::text[])
+        """,
+        tenants,
+    )
+    ports = {r["nodeport"] for r in placed}
+    assert ports == {port for _, port in citus_workers()}
+    # Counters equal rows, tenant by tenant (each check a router query).
+    for tenant in tenants:
+        bad = await owner_conn.fetch(
+            "SELECT s.id FROM sessions s LEFT JOIN messages m"
+            " ON m.tenant_id = s.tenant_id AND m.session_id = s.id"
+            " WHERE s.tenant_id = $1 GROUP BY s.id, s.message_count"
+            " HAVING s.message_count <> count(m.id) OR coalesce(max(m.seq), 0) <> count(m.id)",
+            tenant,
+        )
+        assert bad == []
+        total = await owner_conn.fetchval(
+            "SELECT sum(message_count) FROM sessions WHERE tenant_id = $1", tenant
+        )
+        assert total == 6
+
+
+async def test_one_default_per_pair_under_a_race(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    bot = agent()
+    with use_scope(f"{tenant}/race"):
+        extra = [await store.create_session(bot) for _ in range(4)]
+
+        async def resolve() -> None:
+            await store.resolve_session(bot)
+
+        async def switch(session_id: str) -> None:
+            await store.set_default_session(session_id)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(resolve)
+            for session in extra:
+                tg.start_soon(switch, session.id)
+        defaults = await store.list_sessions(ListFilter(default_only=True, exact=True))
+    assert len(defaults) == 1
+    assert (
+        await owner_conn.fetchval(
+            "SELECT count(*) FROM sessions WHERE tenant_id = $1 AND is_default", tenant
+        )
+        == 1
+    )
+
+
+async def test_a_duplicate_default_is_a_conflict_not_a_shard_name(
+    store: cortex.Store, tenant: str
+) -> None:
+    bot = agent()
+    with use_scope(tenant):
+        await store.create_session(bot, is_default=True)
+        with pytest.raises(cortex.Conflict, match="already has a default"):
+            await store.create_session(bot, is_default=True)
+
+
+async def test_search_across_a_tenant_finds_its_own_matches_only(
+    store: cortex.Store, tenant: str
+) -> None:
+    other = f"t{uuid.uuid4().hex[:12]}"
+    with use_scope(other):
+        await store.create_session(agent(), title="the needle elsewhere")
+    with use_scope(f"{tenant}/a"):
+        mine = await store.create_session(agent(), title="a Needle here")
+        await store.create_session(agent(), title="hay")
+    with use_scope(tenant):
+        found = await store.list_sessions(ListFilter(search="needle"))
+        assert [s.id for s in found] == [mine.id]
+        assert await store.count_sessions(ListFilter(search="needle")) == 1
+
+
+def test_upgrade_distributes_a_database_migrated_before_citus(server_url: str) -> None:
+    # Migrated on the coordinator as plain PostgreSQL (no extension yet), then
+    # made a Citus database: `cortex db upgrade` has no revision left to run,
+    # and still distributes every table.
+    import tests.conftest as conftest
+
+    conftest.CITUS_URL = None
+    try:
+        db = create_database(server_url)
+    finally:
+        conftest.CITUS_URL = CITUS_URL
+    try:
+        for host, port in citus_workers():
+            node = make_url(server_url).set(host=host, port=port)
+            asyncio.run(
+                admin(
+                    node.render_as_string(hide_password=False),
+                    f'CREATE DATABASE "{db.name}"',
+                    f'CREATE ROLE "{db.app_role}" LOGIN',
+                )
+            )
+        asyncio.run(conftest.make_citus(server_url, db.name))
+        assert main(["--database-url", db.owner_url, "db", "upgrade"]) == 0
+        distribution = asyncio.run(_distribution(db.owner_url))
+        assert distribution == {(table, "distributed") for table in _TABLES}
+    finally:
+        drop_database(server_url, db)
+
+
+async def _distribution(url: str) -> set[tuple[str, str]]:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        rows = await conn.fetch("SELECT table_name::text, citus_table_type FROM citus_tables")
+    finally:
+        await conn.close()
+    return {(r[0], r[1]) for r in rows}
+
+
+async def test_small_and_large_batches_number_exactly(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    # Up to 32 messages append as two router statements, larger batches as one
+    # statement through the coordinator: both number gap-free.
+    with use_scope(tenant):
+        session = await store.create_session(agent())
+        small = await store.append_messages(session.id, [NewMessage("user", "a")] * 3)
+        large = await store.append_messages(session.id, [NewMessage("user", "b")] * 40)
+        again = await store.append_messages(session.id, [NewMessage("user", "c")])
+    assert [m.seq for m in small + large + again] == list(range(1, 45))
+    count = await owner_conn.fetchval(
+        "SELECT message_count FROM sessions WHERE tenant_id = $1", tenant
+    )
+    assert count == 44
