@@ -30,7 +30,7 @@ __all__ = [
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261201000009"
+SCHEMA_REVISION: Final = "20261201000011"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own

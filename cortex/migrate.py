@@ -86,6 +86,7 @@ _GRANTS: Final = (
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE messages"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE pending_inputs"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE session_markers"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE scope_data"),
     # connect() reads the schema revision.
     ("SELECT", "TABLE alembic_version"),
     # Tenant-wide search (it checks the bound tenant itself).
