@@ -396,3 +396,25 @@ async def test_scope_data_is_walled_by_tenant(
         assert await conn.fetchval("SELECT count(*) FROM scope_data") == 1
     finally:
         await conn.close()
+
+
+async def test_update_session_leaves_key_and_state(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        session = await store.create_session("bot", key="k", data={"s": 1})
+        changed = session.model_copy(update={"key": "other", "data": {"s": 2}, "title": "t"})
+        updated = await store.update_session(changed)
+        assert (updated.title, updated.key, updated.data) == ("t", "k", {"s": 1})
+
+
+async def test_bad_state_is_refused_before_sql(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        for bad in ({"": 1}, {"a\x00": 1}, {"k": "v\x00"}, {"k": float("inf")}):
+            with pytest.raises(cortex.InvalidInput, match="data"):
+                await store.create_session("bot", data=bad)
+        with pytest.raises(cortex.InvalidInput, match="scope_data"):
+            await store.create_session("bot", scope_data={"not a scope": {"k": 1}})
+        with pytest.raises(cortex.InvalidInput, match="scope_data"):
+            await store.create_session("bot", scope_data={f"{tenant}/x{i}": {} for i in range(9)})
+        with pytest.raises(cortex.InvalidInput, match="not the session's scope"):
+            await store.create_session("bot", scope_data={f"{tenant}/beneath": {"k": 1}})
+        assert await store.count_sessions() == 0
