@@ -418,3 +418,25 @@ async def test_bad_state_is_refused_before_sql(store: cortex.Store, tenant: str)
         with pytest.raises(cortex.InvalidInput, match="not the session's scope"):
             await store.create_session("bot", scope_data={f"{tenant}/beneath": {"k": 1}})
         assert await store.count_sessions() == 0
+
+
+async def test_concurrent_session_deltas_lose_nothing(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        session = await store.create_session("bot")
+
+    async def write(i: int) -> None:
+        with use_scope(tenant):
+            await store.append_messages(
+                session.id, [NewMessage("user", f"m{i}")], data={f"k{i}": i, "last": i}
+            )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(write, i)
+    with use_scope(tenant):
+        after = await store.get_session(session.id)
+        messages = await store.recent_messages(session.id)
+    assert after.message_count == 20
+    assert {k: v for k, v in after.data.items() if k != "last"} == {f"k{i}": i for i in range(20)}
+    # The last writer under the row lock wrote both the last message and "last".
+    assert messages[-1].content == f"m{after.data['last']}"
