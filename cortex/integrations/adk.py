@@ -44,6 +44,7 @@ from google.adk.sessions.base_session_service import (
 )
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
+from google.genai import types
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from sqlalchemy.engine import URL
 
@@ -166,6 +167,40 @@ def _message_of(event: Event) -> NewMessage:
         payload=payload,
         requested_input=asked,
         function_response=answer,
+    )
+
+
+def _event_of(message: Message) -> Event | None:
+    """The ADK event a message holds; for a message written through cortex itself, one built from it.
+
+    An operator answering a pending input (``store.resume``, ``cortex
+    sessions resume``) appends a function response without an ADK payload:
+    it becomes the user's function-response event, so the agent's next run
+    sees the answer. Other payload-less messages become plain text events.
+    """
+    if message.payload is not None:
+        return Event.model_validate(message.payload)
+    answer = message.function_response
+    if answer is not None:
+        response = (
+            answer.response if isinstance(answer.response, dict) else {"result": answer.response}
+        )
+        part = types.Part(
+            function_response=types.FunctionResponse(
+                id=answer.id, name=answer.name, response=response
+            )
+        )
+    elif message.content:
+        part = types.Part(text=message.content)
+    else:
+        return None
+    role = "model" if message.role == "assistant" else "user"
+    return Event(
+        id=message.id,
+        invocation_id="",
+        author=message.author or ("user" if role == "user" else message.role),
+        content=types.Content(role=role, parts=[part]),
+        timestamp=message.created_at.timestamp(),
     )
 
 
@@ -294,7 +329,7 @@ class CortexSessionService(BaseSessionService):
             except NotFound:
                 self._ids.pop((str(user_scope), key), None)
                 return None
-        events = [Event.model_validate(m.payload) for m in messages if m.payload is not None]
+        events = [e for e in map(_event_of, messages) if e is not None]
         events.sort(key=lambda e: (e.timestamp, e.id))
         if config is not None and config.after_timestamp is not None:
             events = [e for e in events if e.timestamp >= config.after_timestamp]

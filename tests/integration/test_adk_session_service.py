@@ -610,3 +610,29 @@ async def test_long_running_call_is_a_pending_input(
     )
     with use_scope(tenant):
         assert await service.store.list_sessions(ListFilter(state=SessionState.PAUSED)) == []
+
+
+async def test_an_operator_answer_reaches_the_agent(
+    service: CortexSessionService, tenant: str
+) -> None:
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    call = types.FunctionCall(id="adk-call-2", name="ask_approval")
+    await service.append_event(
+        session,
+        Event(
+            author="agent",
+            content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+            long_running_tool_ids={"adk-call-2"},
+        ),
+    )
+    with use_scope(tenant):
+        (paused,) = await service.store.list_sessions(ListFilter(state=SessionState.PAUSED))
+        await service.store.resume(paused.id, "adk-call-2", {"approved": True}, author="ops")
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    (answer,) = got.events[-1].get_function_responses()
+    assert (answer.id, answer.name, answer.response) == ("adk-call-2", "", {"approved": True})
+    assert got.events[-1].author == "ops"
+    # The session object from before the answer is stale now.
+    with pytest.raises(StaleSessionError):
+        await service.append_event(session, Event(author="agent"))
