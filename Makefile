@@ -39,7 +39,7 @@ reliability: $(STAMP)
 	$(BIN)/python -m pytest -q tests/integration/test_store_model.py tests/integration/test_operator_model.py \
 	  tests/integration/test_idempotency.py tests/integration/test_iter_snapshot.py \
 	  tests/integration/test_hostile_input.py tests/integration/test_faults.py tests/integration/test_restart.py \
-	  tests/integration/test_cancellation.py \
+	  tests/integration/test_cancellation.py tests/integration/test_security.py tests/integration/test_markers.py \
 	  tests/integration/test_tenancy.py tests/integration/test_concurrency.py tests/integration/test_pgbouncer.py
 
 ## ruff (lint + format check) and mypy --strict.

@@ -5,24 +5,33 @@ The URL comes from ``-x url=...``, the ``sqlalchemy.url`` option (set by
 
 Two deploy jobs upgrading at once are serialised by a session-level advisory
 lock taken before Alembic reads the current revision: the second waits, then
-finds nothing to do.
+finds nothing to do. A downgrade started by :func:`cortex.migrate.downgrade`
+first asks each revision it would undo what that would destroy, under the
+same lock, and refuses unless data loss is allowed.
+
+Revisions that change tables the running release uses do their work inside
+``autocommit_block()`` (see ``cortex._ddl``); the rest get one transaction each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from logging.config import fileConfig
 
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from alembic import context
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
-from cortex.migrate import MIGRATION_LOCK_KEY, regrant_sql
+from cortex.migrate import MIGRATION_LOCK_KEY, check_downgrade, regrant_sql
 
 config = context.config
+# Seconds between two tries for the migration lock while another job holds it.
+LOCK_POLL = 0.5
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
@@ -51,10 +60,30 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+def _lock(connection: Connection) -> None:
+    # Poll rather than wait in pg_advisory_lock: a statement waiting on the lock
+    # holds a snapshot, and the holder's CREATE INDEX CONCURRENTLY waits for
+    # every older snapshot to end: the two would deadlock.
+    while True:
+        got = connection.execute(
+            sa.select(sa.func.pg_try_advisory_lock(MIGRATION_LOCK_KEY))
+        ).scalar()
+        connection.commit()
+        if got:
+            return
+        time.sleep(LOCK_POLL)
+
+
 def _do_run_migrations(connection: Connection) -> None:
-    connection.execute(sa.select(sa.func.pg_advisory_lock(MIGRATION_LOCK_KEY)))
-    connection.commit()
+    _lock(connection)
     try:
+        target = config.attributes.get("guard_downgrade_to")
+        if target is not None:
+            # Under the lock, before any step runs: what would the steps down destroy?
+            try:
+                check_downgrade(connection, ScriptDirectory.from_config(config), target)
+            finally:
+                connection.rollback()
         context.configure(
             connection=connection,
             target_metadata=metadata,

@@ -3,7 +3,9 @@
 Scenarios: ``append`` (the message-counter path), ``listing`` (list and count
 at scale), ``resolve`` (default resolution), ``frameworks`` (the ADK and
 Agents SDK adapters beside those frameworks' own PostgreSQL stores; needs
-the ``peers`` extra), or ``all``. The database server
+the ``peers`` extra), or ``all``; and ``migration`` (the migration chain on
+a legacy database of ``--n`` messages with the old release writing
+throughout; not part of ``all``). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -24,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks import append, listing, resolve
+from benchmarks import append, listing, migration, resolve
 from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks")
@@ -59,7 +62,31 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
     return listing.Params(sessions=sessions, repeats=30 if quick else 200)
 
 
+async def _run_migration(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    facts = await server_facts(server)
+    params = migration.Params(
+        messages=args.n or (200_000 if args.quick else 5_000_000),
+        interval=args.probe_interval,
+        batch_rows=args.backfill_batch,
+    )
+    print(f"\n== migration ({params}) on PostgreSQL {facts['postgres_version']}")
+    started = time.perf_counter()
+    async with bench_database(server, keep=args.keep, revision=migration.LEGACY) as db:
+        report, ok = await migration.run(db, params)
+    migration.print_report(report)
+    return {
+        "scenario": "migration",
+        "params": vars(params) if hasattr(params, "__dict__") else params.__dict__,
+        **facts,
+        "seconds": round(time.perf_counter() - started, 1),
+        "report": report,
+        "invariants_ok": ok,
+    }
+
+
 async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
+    if scenario == "migration":
+        return await _run_migration(server, args)
     facts = await server_facts(server)
     params = _params(scenario, args)
     print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")
@@ -84,7 +111,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all", "migration"])
     parser.add_argument(
         "--dsn",
         help="superuser URL of a PostgreSQL server (default: $CORTEX_DATABASE_URL, else embedded)",
@@ -97,9 +124,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="small sizes: each scenario well under a minute"
     )
+    parser.add_argument(
+        "--probe-interval", type=float, default=0.5, help="migration: seconds between probes"
+    )
+    parser.add_argument(
+        "--backfill-batch", type=int, default=20_000, help="migration: legacy messages per batch"
+    )
     parser.add_argument("--json", type=Path, help="write results here (and a PNG chart beside it)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway databases")
     args = parser.parse_args(argv)
+    # Progress of long steps (the legacy build, the backfill): a bar on a terminal, else log lines.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
     with _server(args.dsn or os.environ.get("CORTEX_DATABASE_URL")) as server:
         reports = [asyncio.run(_run_one(s, server, args)) for s in scenarios]
@@ -109,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps(reports if len(reports) > 1 else reports[0], indent=2, default=str)
         )
         print(f"\nwrote {args.json}")
+    if args.json and args.scenario != "migration":  # the migration report is a table
         try:
             from benchmarks.chart import draw
         except ImportError:

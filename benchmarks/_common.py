@@ -53,15 +53,21 @@ async def _execute(url: str, *statements: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def bench_database(server_url: str, *, keep: bool = False) -> AsyncIterator[BenchDatabase]:
-    """Create, migrate and grant a throwaway database; drop it afterwards unless ``keep``."""
+async def bench_database(
+    server_url: str, *, keep: bool = False, revision: str = "head"
+) -> AsyncIterator[BenchDatabase]:
+    """Create, migrate (to ``revision``) and grant a throwaway database; drop it afterwards unless ``keep``.
+
+    The grant needs the whole schema: it is skipped below the head.
+    """
     suffix = uuid.uuid4().hex[:8]
     name, role = f"cortex_bench_{suffix}", f"cortex_bench_app_{suffix}"
     server = driver_dsn(server_url)
     await _execute(server, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN')
     owner = driver_dsn(server_url, database=name)
-    await asyncio.to_thread(upgrade, owner)
-    await _execute(owner, *grant_sql(role))
+    await asyncio.to_thread(upgrade, owner, revision)
+    if revision == "head":
+        await _execute(owner, *grant_sql(role))
     try:
         yield BenchDatabase(name, owner, driver_dsn(server_url, database=name, user=role), role)
     finally:

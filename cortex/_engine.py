@@ -5,9 +5,11 @@ Nothing here runs a store call: :mod:`cortex._db` owns transactions.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
+import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
@@ -159,6 +161,28 @@ CONNECT_TIMEOUT: Final = 10
 CHECKOUTS: Final = "cortex_checkouts"
 
 
+async def _set_json_codecs(conn: asyncpg.Connection) -> None:
+    for typename in ("json", "jsonb"):
+        await conn.set_type_codec(
+            typename, schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="text"
+        )
+
+
+def _encode_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _own_json_codecs(dbapi_connection: Any, record: Any) -> None:
+    """Decode json/jsonb with the standard library on every new connection, explicitly.
+
+    cortex executes on the asyncpg connection itself (cortex._executor), so
+    it must not depend on whatever codecs SQLAlchemy's dialect installed
+    (``json_deserializer`` in the pool options would change them). Runs after
+    the dialect's own connect hook, so this one is what stays.
+    """
+    dbapi_connection.run_async(_set_json_codecs)
+
+
 def _count_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
     record.info[CHECKOUTS] = record.info.get(CHECKOUTS, 0) + 1
 
@@ -203,11 +227,16 @@ def make_engine(
         connect_args["record_class"] = Row
     engine = create_async_engine(target, connect_args=connect_args, **pool_options)
     event.listen(engine.sync_engine, "checkout", _count_checkout)
+    event.listen(engine.sync_engine, "connect", _own_json_codecs)
     return engine
 
 
-async def check_schema(engine: AsyncEngine) -> None:
+async def check_schema(engine: AsyncEngine) -> bool:
     """Raise SchemaMismatch unless the database is at :data:`SCHEMA_REVISION`.
+
+    Returns:
+        Whether the login role bypasses row-level security (a superuser or a
+        BYPASSRLS role): then the database's second wall protects nothing.
 
     Raises:
         SchemaMismatch: naming the revision found and the command that fixes it.
@@ -223,8 +252,15 @@ async def check_schema(engine: AsyncEngine) -> None:
                 if exists
                 else []
             )
+            bypasses = await conn.scalar(
+                sa.text(
+                    "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles"
+                    " WHERE rolname = current_user"
+                )
+            )
     if list(found) != [SCHEMA_REVISION]:
         have = ", ".join(found) or "no cortex schema"
         raise SchemaMismatch(
             f"database is at {have}, this cortex needs {SCHEMA_REVISION}: run `cortex db upgrade`"
         )
+    return bool(bypasses)

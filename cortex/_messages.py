@@ -504,19 +504,30 @@ async def append_messages(
 
 
 @cache
-def _list_statement(depth: int, since: bool = False) -> sa.Select[*tuple[Any, ...]]:
-    stmt = _list_base(depth)
+def _page_statement(
+    depth: int, *, newest_first: bool, since: bool = False
+) -> sa.Select[*tuple[Any, ...]]:
+    """A page of a visible session's messages by position: one scan of its seq index.
+
+    Forward (``seq > after_seq``, oldest first) or backward (``seq <
+    before_seq``, newest first): either way a walk of ``uq_messages_session_seq
+    (tenant_id, session_id, seq)`` that stops after the page, so a page costs
+    the same however long the conversation is and however deep the page lies.
+    ``since``: only messages created after the bound ``since``; created_at
+    never decreases along seq (it is the session's updated_at, moved with
+    greatest()), so these are the conversation's tail.
+    """
+    seq = messages.c.seq
+    bound = (
+        seq < sa.bindparam("before_seq", type_=sa.Integer())
+        if newest_first
+        else seq > sa.bindparam("after_seq", type_=sa.Integer())
+    )
     if since:
-        # created_at never decreases along seq (it is the session's
-        # updated_at, moved with greatest()), so this is a suffix of the
-        # conversation.
-        stmt = stmt.where(
-            messages.c.created_at > sa.bindparam("since", type_=sa.DateTime(timezone=True))
+        bound = sa.and_(
+            bound,
+            messages.c.created_at > sa.bindparam("since", type_=sa.DateTime(timezone=True)),
         )
-    return stmt
-
-
-def _list_base(depth: int) -> sa.Select[*tuple[Any, ...]]:
     return (
         sa.select(*_MESSAGE_COLUMNS)
         .join(
@@ -530,9 +541,9 @@ def _list_base(depth: int) -> sa.Select[*tuple[Any, ...]]:
             visible(depth),
             sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
             messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.seq > sa.bindparam("after_seq", type_=sa.Integer()),
+            bound,
         )
-        .order_by(messages.c.seq)
+        .order_by(seq.desc() if newest_first else seq)
         .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
 
@@ -559,7 +570,7 @@ async def list_messages(
     }
     if since is not None:
         params["since"] = since
-    stmt = _list_statement(depth_class(scope), since is not None)
+    stmt = _page_statement(depth_class(scope), newest_first=False, since=since is not None)
     rows = (await conn.execute(stmt, params)).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
@@ -579,34 +590,6 @@ class SessionHistory(NamedTuple):
 
     session: Session
     messages: list[Message]
-
-
-@cache
-def _recent_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
-    """The newest ``limit`` messages with ``seq < before_seq``, newest first.
-
-    A backward scan of ``uq_messages_session_seq (tenant_id, session_id,
-    seq)`` that stops after the page: the cost of a page does not depend on
-    how long the conversation is or how far back the page lies.
-    """
-    return (
-        sa.select(*_MESSAGE_COLUMNS)
-        .join(
-            sessions,
-            sa.and_(
-                sessions.c.tenant_id == messages.c.tenant_id,
-                sessions.c.id == messages.c.session_id,
-            ),
-        )
-        .where(
-            visible(depth),
-            sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
-            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.seq < sa.bindparam("before_seq", type_=sa.Integer()),
-        )
-        .order_by(messages.c.seq.desc())
-        .limit(sa.bindparam("limit", type_=sa.Integer()))
-    )
 
 
 @cache
@@ -649,7 +632,9 @@ async def recent_messages(
         "before_seq": before_seq,
         "limit": limit,
     }
-    rows = (await conn.execute(_recent_statement(depth_class(scope)), params)).all()
+    rows = (
+        await conn.execute(_page_statement(depth_class(scope), newest_first=True), params)
+    ).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)

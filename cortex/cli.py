@@ -111,18 +111,32 @@ def _run_alembic(action: Callable[[], None]) -> None:
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     url = database_url(args)
-    config = migrate.alembic_config(url)
-    if args.backfill_batch:
-        config.cmd_opts = argparse.Namespace(x=[f"backfill_batch={args.backfill_batch}"])
-    _run_alembic(lambda: command.upgrade(config, args.revision))
+    _run_alembic(
+        lambda: migrate.upgrade(
+            url, args.revision, backfill_batch=args.backfill_batch, backfill_rate=args.backfill_rate
+        )
+    )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
     return EXIT_OK
 
 
 def cmd_downgrade(args: argparse.Namespace) -> int:
     url = database_url(args)
-    _run_alembic(lambda: command.downgrade(migrate.alembic_config(url), args.revision))
+    _run_alembic(
+        lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss)
+    )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    return EXIT_OK
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    totals = migrate.backfill(
+        database_url(args), batch_rows=args.backfill_batch, max_rate=args.backfill_rate
+    )
+    print(
+        f"backfill: {totals.moved} messages moved, {totals.created} sessions created, "
+        f"{totals.joined} defaults joined, {len(totals.skipped)} conversations left alone"
+    )
     return EXIT_OK
 
 
@@ -285,6 +299,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _backfill_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backfill-batch", type=int, help="legacy messages per backfill batch (default 20000)"
+    )
+    parser.add_argument(
+        "--backfill-rate", type=float, help="at most this many messages per second (throttle)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests)."""
     # Global options, accepted at every level: SUPPRESS keeps a subcommand's
@@ -312,9 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = db_command("upgrade", "upgrade to a revision (default: head)", cmd_upgrade)
     up.add_argument("revision", nargs="?", default="head")
-    up.add_argument("--backfill-batch", type=int, help="conversations per backfill batch")
+    _backfill_options(up)
     down = db_command("downgrade", "downgrade to a revision (e.g. -1, base)", cmd_downgrade)
     down.add_argument("revision")
+    down.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="go ahead even if the steps down drop data (refused otherwise, naming what)",
+    )
+    fill = db_command(
+        "backfill", "session legacy rows written since the backfill ran (idempotent)", cmd_backfill
+    )
+    _backfill_options(fill)
     cur = db_command("current", "the database's revision", cmd_current)
     cur.add_argument("--json", action="store_true")
     hist = db_command("history", "every revision, oldest first", cmd_history)

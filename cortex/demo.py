@@ -109,6 +109,12 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
     users = [f"{acme}/support/user-{i}" for i in (1, 2, 3)] + [f"{globex}/sales/user-9"]
     agents = ["support-bot", "billing-bot"]
     async with cortex.connect(app_url) as store:
+        if store.bypasses_row_level_security:
+            console.print(
+                "[bold red]Warning:[/] this URL logs in as a superuser or BYPASSRLS role, so "
+                "PostgreSQL's row-level security does not apply: only cortex's own predicates "
+                "keep tenants apart. A service connects as a plain role (`cortex db grant ROLE`)."
+            )
         console.rule("1. Runs resolve their default session, concurrently")
         resolved: dict[tuple[str, str], set[str]] = {}
 

@@ -5,6 +5,11 @@ inside the wheel as ``cortex/_alembic``; :func:`script_location` finds
 whichever is present, so ``cortex db upgrade`` works from a checkout and from
 a plain install alike.
 
+Downgrades refuse to destroy data unless told: each revision's module offers
+``data_loss(conn) -> list[str]``, what its downgrade would drop on this
+database (``[]`` when nothing); :func:`check_downgrade` asks every revision a
+downgrade would undo and raises :class:`DataLossRefused` naming what would go.
+
 Deployment roles: migrations run as the *owner* role (it creates the tables
 and the pg_trgm extension). The service connects as a separate *application*
 role that is neither owner nor superuser nor BYPASSRLS, so row-level
@@ -13,21 +18,33 @@ security applies to it; :func:`grant_sql` lists what that role needs.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import re
+import time
 from pathlib import Path
 from typing import Final
 
 import sqlalchemy as sa
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from alembic import command
-from cortex._engine import normalise_url
-from cortex.errors import InvalidInput
+from cortex import _backfill, _ddl
+from cortex._engine import make_engine, normalise_url
+from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
+    "BACKFILL_REVISION",
     "MIGRATION_LOCK_KEY",
+    "DataLossRefused",
     "alembic_config",
+    "backfill",
+    "check_downgrade",
     "downgrade",
     "grant_sql",
     "regrant_sql",
@@ -38,6 +55,9 @@ __all__ = [
 # pg_advisory_lock key that serialises concurrent upgrades (a fixed bigint:
 # the first 8 bytes of "cortex-migrate" read as an integer).
 MIGRATION_LOCK_KEY: Final = int.from_bytes(b"cortex-m", "big") >> 1
+# The revision that backfills legacy conversations (cortex._backfill); its id
+# is what backfilled sessions carry in backfilled_by.
+BACKFILL_REVISION: Final = "20260824000004"
 
 _PACKAGE = Path(__file__).resolve().parent
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -69,14 +89,146 @@ def alembic_config(url: str | None = None, *, configure_logging: bool = False) -
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrade the database to ``revision`` (advisory-locked; safe to run concurrently)."""
-    command.upgrade(alembic_config(url), revision)
+class DataLossRefused(InvalidInput):
+    """A downgrade would destroy data and was not told that it may."""
 
 
-def downgrade(url: str, revision: str) -> None:
-    """Downgrade the database to ``revision``."""
-    command.downgrade(alembic_config(url), revision)
+def upgrade(
+    url: str,
+    revision: str = "head",
+    *,
+    backfill_batch: int | None = None,
+    backfill_rate: float | None = None,
+) -> None:
+    """Upgrade the database to ``revision`` (advisory-locked; safe to run concurrently).
+
+    ``backfill_batch`` (legacy messages per batch) and ``backfill_rate``
+    (messages per second at most) tune the backfill revision.
+    """
+    config = alembic_config(url)
+    x = []
+    if backfill_batch is not None:
+        x.append(f"backfill_batch={backfill_batch}")
+    if backfill_rate is not None:
+        x.append(f"backfill_rate={backfill_rate}")
+    if x:
+        config.cmd_opts = argparse.Namespace(x=x)  # Alembic reads only .x
+    command.upgrade(config, revision)
+
+
+def downgrade(url: str, revision: str, *, allow_data_loss: bool = False) -> None:
+    """Downgrade the database to ``revision``.
+
+    Raises:
+        DataLossRefused: the steps down would destroy data (each revision's
+            ``data_loss`` says what) and ``allow_data_loss`` is false. Nothing
+            has run then.
+    """
+    config = alembic_config(url)
+    if not allow_data_loss:
+        config.attributes["guard_downgrade_to"] = revision
+    command.downgrade(config, revision)
+
+
+def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> None:
+    """Raise :class:`DataLossRefused` if downgrading to ``target`` would destroy data.
+
+    Runs inside a transaction the caller rolls back (counting rows under FORCE
+    ROW LEVEL SECURITY lifts it for the count only).
+
+    Raises:
+        DataLossRefused: naming, per revision, what its downgrade would drop.
+        InvalidInput: ``target`` is not a revision of this history.
+    """
+    heads = MigrationContext.configure(conn).get_current_heads()
+    try:
+        steps = list(
+            script.revision_map.iterate_revisions(
+                heads, target, select_for_downgrade=True, inclusive=False
+            )
+        )
+    except (CommandError, RevisionError) as exc:
+        raise InvalidInput(f"revision: {exc}") from None
+    lost: list[str] = []
+    for step in steps:
+        # Script (not bare Revision) objects carry the loaded module.
+        data_loss = getattr(getattr(step, "module", None), "data_loss", None)
+        if data_loss is not None:
+            lost.extend(f"{step.revision}: {item}" for item in data_loss(conn))
+    if lost:
+        raise DataLossRefused(
+            f"downgrade to {target} would destroy data: {'; '.join(lost)}. "
+            "Pass --allow-data-loss (cortex db downgrade) to go ahead"
+        )
+
+
+def backfill(
+    url: str, *, batch_rows: int | None = None, max_rate: float | None = None
+) -> _backfill.Totals:
+    """Run the backfill again: session the legacy rows the old release wrote since it ran.
+
+    For after the old release is gone (its last rows may have arrived after
+    the backfill revision's final pass). Idempotent; takes the migration lock.
+
+    Raises:
+        SchemaMismatch: the database is not past the backfill revision.
+        InvalidInput: ``batch_rows`` or ``max_rate`` out of range, or the role
+            is held to row-level security (it would see no tenant's rows).
+        DatabaseError: the database failed.
+    """
+
+    def run(conn: Connection) -> _backfill.Totals:
+        while not conn.execute(
+            sa.select(sa.func.pg_try_advisory_lock(MIGRATION_LOCK_KEY))
+        ).scalar():
+            conn.commit()
+            time.sleep(0.5)
+        conn.commit()
+        try:
+            heads = MigrationContext.configure(conn).get_current_heads()
+            conn.commit()
+            script = ScriptDirectory.from_config(alembic_config())
+            if not heads or not any(
+                rev.revision == BACKFILL_REVISION
+                for rev in script.revision_map.iterate_revisions(heads, "base")
+            ):
+                raise SchemaMismatch(
+                    f"database is at {', '.join(heads) or 'base'}: the backfill runs as "
+                    f"revision {BACKFILL_REVISION}; run `cortex db upgrade`"
+                )
+            forced = conn.execute(
+                sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'messages'::regclass")
+            ).scalar()
+            if forced and not _ddl.bypasses_rls(conn):
+                # Under FORCE ROW LEVEL SECURITY this role would see no tenant's rows
+                # and report, wrongly, that nothing is left to do.
+                raise InvalidInput(
+                    "cortex db backfill reads every tenant: run it as a superuser or a "
+                    "BYPASSRLS role"
+                )
+            conn.commit()
+            auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+            return _backfill.backfill(
+                auto,
+                revision=BACKFILL_REVISION,
+                batch_rows=batch_rows or _backfill.DEFAULT_BATCH_ROWS,
+                max_rate=max_rate,
+            )
+        finally:
+            conn.rollback()
+            conn.execute(sa.select(sa.func.pg_advisory_unlock(MIGRATION_LOCK_KEY)))
+            conn.commit()
+
+    async def main() -> _backfill.Totals:
+        engine = make_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            with translate_errors():
+                async with engine.connect() as conn:
+                    return await conn.run_sync(run)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
 
 
 # What an application role needs, object by object: (privileges, object).

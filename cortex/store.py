@@ -12,6 +12,7 @@ own connection.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -87,6 +88,8 @@ def _scope_deltas(scope_data: dict[str, dict[str, Any]] | None) -> dict[str, str
 
 __all__ = ["Store", "connect"]
 
+log = logging.getLogger("cortex")
+
 T = TypeVar("T")
 
 
@@ -105,8 +108,15 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
     """
     engine = make_engine(url, manual_transactions=True, **pool_options)
     try:
-        await check_schema(engine)
-        yield Store(engine)
+        bypasses = await check_schema(engine)
+        if bypasses:
+            log.warning(
+                "cortex is connected as %s, a superuser or BYPASSRLS role: row-level "
+                "security does not apply to it, so only cortex's own predicates keep "
+                "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
+                engine.url.username or "the login role",
+            )
+        yield Store(engine, bypasses_row_level_security=bypasses)
     finally:
         await engine.dispose()
 
@@ -134,13 +144,22 @@ class Store:
     beneath it. Nothing outside is ever read, written or hinted at.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, bypasses_row_level_security: bool = False) -> None:
         self._engine = engine
+        self._bypasses_rls = bypasses_row_level_security
 
     @property
     def engine(self) -> AsyncEngine:
         """The underlying SQLAlchemy engine (for health checks and tests)."""
         return self._engine
+
+    @property
+    def bypasses_row_level_security(self) -> bool:
+        """Whether the login role is a superuser or BYPASSRLS: the database's wall is then off.
+
+        ``connect()`` logs a warning when it is (logger ``cortex``).
+        """
+        return self._bypasses_rls
 
     async def _run(
         self,

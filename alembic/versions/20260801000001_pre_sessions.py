@@ -9,14 +9,19 @@ sessions existed, so databases created by that release upgrade in place. On
 such a database this revision is already recorded (or is stamped); on a new
 one it creates the legacy table that later revisions reshape. Not safe to run
 twice by hand: Alembic records it and never does.
+
+Safe with: the legacy release (it is that release's schema). Downgrade: drops
+``messages`` and every message in it (see :func:`data_loss`).
 """
 
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.engine import Connection
 
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20260801000001"
 down_revision: str | Sequence[str] | None = None
@@ -35,6 +40,12 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name="messages_pkey"),
     )
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: every message."""
+    n = ddl.count_rows(bind, "messages")
+    return [f"{n} messages"] if n else []
 
 
 def downgrade() -> None:

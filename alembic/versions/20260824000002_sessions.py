@@ -8,23 +8,45 @@ Why it exists: a conversation becomes a first-class *session* with a title,
 metadata, counters and listing indexes; a message gets its session, a gap-free
 ``seq``, and the fields the operator surface needs. Legacy rows keep their
 (agent_id, scope) and stay unsessioned (session_id NULL) until the backfill
-revision gives them a session.
+revision gives them a session. Citus-ready: ``tenant_id`` (first scope
+segment) leads every key.
 
-Citus-ready: ``tenant_id`` (first scope segment) leads every key. Legacy rows
-get theirs from their scope in one UPDATE here (a full rewrite of the legacy
-table, done once, inside this revision's transaction).
+Safe with: the legacy release (it keeps inserting ``(id, agent_id, scope,
+role, content, created_at)`` and reading by conversation throughout) and
+every cortex release. Expand only: every new column of ``messages`` is
+nullable or has a constant default (no rewrite), and ``tenant_id``, which the
+legacy release does not write, is filled from ``scope`` by a trigger
+(``cortex_messages_tenant``) on insert, so tightening it to NOT NULL breaks
+no one.
+
+Online: every step runs in autocommit with a short lock timeout and retries
+(cortex._ddl). Existing rows get ``tenant_id`` in committed batches of
+:data:`FILL_PAGES` heap pages, in physical order; NOT NULL is proved by a
+``NOT VALID`` check validated under a lock that lets writes go on; the new
+primary key ``(tenant_id, id)`` and the other indexes are built
+``CONCURRENTLY``; the foreign key and the seq check are added ``NOT VALID``
+and then validated. No statement holds an exclusive lock on ``messages`` for
+more than the few milliseconds a catalog change takes.
+
+Safe to run twice: each step looks at the catalog first, so a run killed at
+any point continues where it stopped.
 
 Downgrade: cortex-written messages get their session's (agent_id, scope) so
 the legacy schema's NOT NULLs hold again; conversations stay readable by the
-old release. Safe to run twice? Alembic records it; it is not re-entrant by hand.
+old release. It drops every session (titles, metadata, ids) and the fields
+of cortex-written messages: refused unless data loss is allowed (see
+:func:`data_loss`). It runs in one transaction (not online).
 """
 
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.engine import Connection
 
-from alembic import op
+from alembic import context, op
+from cortex import _ddl as ddl
+from cortex._progress import progress
 
 revision: str = "20260824000002"
 down_revision: str | Sequence[str] | None = "20260801000001"
@@ -33,10 +55,39 @@ depends_on: str | Sequence[str] | None = None
 
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
 
+# = 20261001000006._STATE (a revision's text never changes once released).
+_STATE = (
+    "CASE WHEN is_aborted THEN 'aborted' WHEN pending_count > 0 THEN 'paused' "
+    "WHEN is_interrupted THEN 'interrupted' ELSE 'idle' END"
+)
 
-def upgrade() -> None:
-    # pg_trgm is a trusted extension (PostgreSQL 13+): the database owner may create it.
-    op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+# Heap pages per batch of the tenant_id fill (about 50,000 legacy rows).
+FILL_PAGES = 800
+
+_TENANT_TRIGGER = """
+CREATE OR REPLACE FUNCTION cortex_messages_tenant() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- The legacy release writes scope but not tenant_id: derive it, as cortex does.
+    IF NEW.tenant_id IS NULL THEN
+        NEW.tenant_id := split_part(NEW.scope, '/', 1);
+    END IF;
+    RETURN NEW;
+END
+$$
+"""
+
+# One batch of the fill: a range of heap pages (a TID range scan, sequential).
+# Updated rows move to pages past the table's size at the start, so no row is
+# visited twice; rows inserted meanwhile already have tenant_id (the trigger).
+_FILL = """
+UPDATE messages SET tenant_id = split_part(scope, '/', 1)
+WHERE ctid >= CAST(:lo AS tid) AND ctid < CAST(:hi AS tid) AND tenant_id IS NULL
+"""
+
+
+def _create_sessions() -> None:
+    # A new table nobody uses yet: created with its indexes in one go.
     op.create_table(
         "sessions",
         sa.Column("tenant_id", sa.Text(collation="C"), nullable=False),
@@ -57,6 +108,15 @@ def upgrade() -> None:
         sa.Column(
             "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
         ),
+        # The operator state of revision 20261001000006, born with the table:
+        # adding a stored generated column later rewrites the table under an
+        # exclusive lock, and every legacy insert into messages takes a lock
+        # on sessions (its foreign-key check opens it), so that rewrite would
+        # stall the old release. 20261001000006 adds them only where missing.
+        sa.Column("pending_count", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("is_aborted", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("state", sa.Text(), sa.Computed(_STATE, persisted=True), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_sessions"),
         sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="ck_sessions_scope_depth"),
         sa.CheckConstraint("message_count >= 0", name="ck_sessions_message_count"),
@@ -97,46 +157,113 @@ def upgrade() -> None:
         postgresql_ops={"last_message": "gin_trgm_ops"},
     )
 
-    # Reshape messages. Legacy rows: tenant from the scope's first segment.
-    op.add_column("messages", sa.Column("tenant_id", sa.Text(collation="C"), nullable=True))
-    op.execute("UPDATE messages SET tenant_id = split_part(scope, '/', 1)")
-    op.alter_column("messages", "tenant_id", nullable=False)
-    op.add_column("messages", sa.Column("session_id", UUID(as_uuid=True), nullable=True))
-    op.add_column("messages", sa.Column("seq", sa.Integer(), nullable=True))
-    op.add_column("messages", sa.Column("author", sa.Text(), nullable=False, server_default=""))
-    op.add_column("messages", sa.Column("requested_input", JSONB(), nullable=True))
-    op.add_column("messages", sa.Column("function_response", JSONB(), nullable=True))
-    op.add_column(
-        "messages",
-        sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+
+def _fill_tenants() -> None:
+    if context.is_offline_mode():
+        op.execute(
+            "UPDATE messages SET tenant_id = split_part(scope, '/', 1) WHERE tenant_id IS NULL"
+        )
+        return
+    bind = op.get_bind()
+    pages = int(
+        bind.execute(
+            sa.text("SELECT pg_relation_size('messages') / current_setting('block_size')::int")
+        ).scalar_one()
     )
-    op.alter_column("messages", "agent_id", nullable=True)
-    op.alter_column("messages", "scope", nullable=True)
-    op.drop_constraint("messages_pkey", "messages", type_="primary")
-    op.create_primary_key("pk_messages", "messages", ["tenant_id", "id"])
-    op.create_foreign_key(
-        "fk_messages_tenant_id_session_id_sessions",
-        "messages",
-        "sessions",
-        ["tenant_id", "session_id"],
-        ["tenant_id", "id"],
-        ondelete="CASCADE",
-    )
-    op.create_check_constraint(
-        "ck_messages_session_seq", "messages", "(session_id IS NULL) = (seq IS NULL)"
-    )
-    op.create_index(
-        "uq_messages_session_seq", "messages", ["tenant_id", "session_id", "seq"], unique=True
-    )
-    op.create_index(
-        "ix_messages_unsessioned",
-        "messages",
-        ["tenant_id", "agent_id", "scope", "created_at"],
-        postgresql_where=sa.text("session_id IS NULL"),
-    )
+    with progress("tenant_id", pages, unit="pages") as advance:
+        # Each batch commits on its own (autocommit); a rerun after a crash
+        # walks the pages again and finds their rows done.
+        for lo in range(0, pages, FILL_PAGES):
+            hi = min(lo + FILL_PAGES, pages)
+            # asyncpg encodes a tid as (block, offset)
+            bind.execute(sa.text(_FILL), {"lo": (lo, 0), "hi": (hi, 0)})
+            advance(hi - lo)
+
+
+def upgrade() -> None:
+    # In this revision's transaction: the extension and the new table with its
+    # indexes (nobody uses it yet), all or nothing.
+    # pg_trgm is a trusted extension (PostgreSQL 13+): the database owner may create it.
+    op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    if (
+        context.is_offline_mode()
+        or op.get_bind().execute(sa.text("SELECT to_regclass('sessions')")).scalar() is None
+    ):
+        _create_sessions()
+    # The rest touches messages, which the running release uses: step by step.
+    with op.get_context().autocommit_block():
+        # Expand messages: nullable columns or constant defaults only (no rewrite),
+        # and the legacy key columns become optional. One short exclusive lock.
+        ddl.run(
+            "ALTER TABLE messages "
+            'ADD COLUMN IF NOT EXISTS tenant_id text COLLATE "C", '
+            "ADD COLUMN IF NOT EXISTS session_id uuid, "
+            "ADD COLUMN IF NOT EXISTS seq integer, "
+            "ADD COLUMN IF NOT EXISTS author text NOT NULL DEFAULT '', "
+            "ADD COLUMN IF NOT EXISTS requested_input jsonb, "
+            "ADD COLUMN IF NOT EXISTS function_response jsonb, "
+            "ADD COLUMN IF NOT EXISTS metadata jsonb NOT NULL DEFAULT '{}'::jsonb, "
+            "ALTER COLUMN agent_id DROP NOT NULL, "
+            "ALTER COLUMN scope DROP NOT NULL"
+        )
+        op.execute(_TENANT_TRIGGER)
+        ddl.run(
+            "CREATE OR REPLACE TRIGGER cortex_messages_tenant BEFORE INSERT ON messages "
+            "FOR EACH ROW EXECUTE FUNCTION cortex_messages_tenant()"
+        )
+        _fill_tenants()
+        # NOT NULL without a scan under an exclusive lock: a validated CHECK proves it.
+        ddl.add_check("messages", "ck_messages_tenant_id_not_null", "tenant_id IS NOT NULL")
+        # Two statements: in one, the check would be dropped before SET NOT NULL
+        # looks for it, and the column would be scanned under the exclusive lock.
+        ddl.run("ALTER TABLE messages ALTER COLUMN tenant_id SET NOT NULL")
+        ddl.run("ALTER TABLE messages DROP CONSTRAINT IF EXISTS ck_messages_tenant_id_not_null")
+        # The primary key moves to (tenant_id, id): built concurrently, then swapped.
+        if not ddl.constraint_exists("pk_messages"):
+            ddl.create_index("pk_messages", "messages (tenant_id, id)", unique=True)
+            ddl.run(
+                "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_pkey, "
+                "ADD CONSTRAINT pk_messages PRIMARY KEY USING INDEX pk_messages"
+            )
+        ddl.add_foreign_key(
+            "messages",
+            "fk_messages_tenant_id_session_id_sessions",
+            ["tenant_id", "session_id"],
+            "sessions (tenant_id, id)",
+            on_delete="CASCADE",
+        )
+        ddl.add_check(
+            "messages",
+            "ck_messages_ck_messages_session_seq",
+            "(session_id IS NULL) = (seq IS NULL)",
+        )
+        ddl.create_index(
+            "uq_messages_session_seq", "messages (tenant_id, session_id, seq)", unique=True
+        )
+        ddl.create_index(
+            "ix_messages_unsessioned",
+            "messages (tenant_id, agent_id, scope, created_at) WHERE session_id IS NULL",
+        )
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy."""
+    lost = []
+    sessions = ddl.count_rows(bind, "sessions")
+    if sessions:
+        lost.append(f"{sessions} sessions (their ids, titles, metadata and defaults)")
+    written = ddl.count_rows(bind, "messages", "scope IS NULL")
+    if written:
+        lost.append(
+            f"the author, requested input, function response and metadata of {written} "
+            "messages written by cortex"
+        )
+    return lost
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER IF EXISTS cortex_messages_tenant ON messages")
+    op.execute("DROP FUNCTION IF EXISTS cortex_messages_tenant()")
     # Give cortex-written rows the legacy conversation key of their session.
     op.execute(
         """

@@ -14,28 +14,39 @@ such conversation a default session, or joins the default it already has.
 - ``seq`` follows created order (``created_at``, then ``id``). A conversation
   whose default already exists is appended after that session's messages, so
   no ``seq`` a reader has seen ever changes.
-- Conversations whose scope or agent id falls outside cortex's grammar are
-  left unsessioned and reported; nothing else is touched.
+- Conversations whose agent id or scope the API would refuse (checked with
+  cortex's own rules, ``cortex.models.check_identifier`` and
+  ``cortex.scope.Scope``) are left unsessioned and reported.
 
-Batches: one statement per batch of conversations (``-x backfill_batch=N``,
-default 1000) in autocommit mode, so each batch is atomic and committed on its
-own. Restartable and idempotent: it works only on rows whose ``session_id`` is
-still NULL, so a rerun after a crash continues where the last committed batch
-ended, and a second run finds nothing to do. Progress goes to stderr.
+Safe with: the legacy release, writing throughout (its rows are sessioned by a
+later pass of this run, or by the next ``cortex db backfill``), and every
+cortex release (defaults it joins are locked for the batch).
+
+Batches: set-based, sized by legacy *messages* (``-x backfill_batch=N``,
+default 20,000; a conversation is never split), one atomic statement each in
+autocommit mode; ``-x backfill_rate=R`` caps messages per second. Progress
+(messages/s, ETA) goes to stderr. Resumable and idempotent: it works only on
+rows whose ``session_id`` is still NULL, so a run killed at any point (even
+SIGKILL) continues where the last committed batch ended, and a second run
+finds nothing to do. The batch SQL and loop live in ``cortex._backfill``.
+
+Offline SQL (``cortex db sql``) cannot run Python's rules: it prints a note;
+run ``cortex db backfill`` online.
 
 Downgrade: detaches every legacy-origin message (``scope IS NOT NULL``) from
 its session, deletes backfilled sessions left empty, and renumbers and
-recounts the sessions that keep messages. Messages are never deleted.
+recounts the sessions that keep messages. Messages are never deleted; the
+deleted sessions' ids, titles and metadata are (see :func:`data_loss`).
 """
 
-import logging
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from alembic import context, op
-from cortex._progress import progress
+from cortex import _ddl as ddl
+from cortex._backfill import DEFAULT_BATCH_ROWS, backfill
 
 revision: str = "20260824000004"
 down_revision: str | Sequence[str] | None = "20260824000003"
@@ -43,200 +54,45 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 PREVIEW_LENGTH = 256  # cortex.models.PREVIEW_LENGTH when this revision was written
-DEFAULT_BATCH = 1000
-
-log = logging.getLogger("cortex")
-
-# Legacy rows had no grammar; cortex's scopes and agent ids do (contract §1, §2).
-_VALID = r"""
-      m.scope ~ '^[A-Za-z0-9._:-]{1,64}(/[A-Za-z0-9._:-]{1,64}){0,7}$'
-  AND m.agent_id ~ '^[^[:space:][:cntrl:]]{1,128}$'
-"""
-
-_PENDING = f"""
-SELECT count(*) FROM (
-    SELECT DISTINCT m.tenant_id, m.agent_id, m.scope
-    FROM messages AS m
-    WHERE m.session_id IS NULL AND {_VALID}
-) AS pending
-"""
-
-# One batch, one statement: every CTE runs exactly once, atomically. Sibling
-# CTEs cannot see each other's writes, so new sessions are inserted with their
-# final counters instead of being inserted and then bumped.
-_BATCH = f"""
-WITH conv AS (
-    SELECT m.tenant_id, m.agent_id, m.scope, count(*) AS n,
-           min(m.created_at) AS first_at, max(m.created_at) AS last_at
-    FROM messages AS m
-    WHERE m.session_id IS NULL
-      AND (m.tenant_id, m.agent_id, m.scope) > (:after_tenant, :after_agent, :after_scope)
-      AND {_VALID}
-    GROUP BY m.tenant_id, m.agent_id, m.scope
-    ORDER BY m.tenant_id, m.agent_id, m.scope
-    LIMIT :batch
-),
-preview AS (
-    SELECT c.*, p.content AS last_content
-    FROM conv AS c
-    CROSS JOIN LATERAL (
-        SELECT left(m.content, {PREVIEW_LENGTH}) AS content
-        FROM messages AS m
-        WHERE m.tenant_id = c.tenant_id AND m.agent_id = c.agent_id AND m.scope = c.scope
-          AND m.session_id IS NULL
-        ORDER BY m.created_at DESC, m.id DESC
-        LIMIT 1
-    ) AS p
-),
-existing AS (
-    -- Lock the defaults we join so a concurrent append cannot take the seqs we number.
-    SELECT s.tenant_id, s.id, s.agent_id, s.scope, s.message_count AS base
-    FROM sessions AS s
-    JOIN conv AS c
-      ON s.tenant_id = c.tenant_id
-     AND s.agent_id = c.agent_id COLLATE "C"
-     AND s.scope = c.scope COLLATE "C"
-    WHERE s.is_default
-    FOR UPDATE OF s
-),
-created AS (
-    INSERT INTO sessions (
-        tenant_id, id, agent_id, scope, scope_depth, scope_l2, is_default,
-        message_count, last_message, backfilled_by, created_at, updated_at
-    )
-    SELECT p.tenant_id,
-           -- UUIDv7 stamped with the first message's time (PostgreSQL 15 has no uuidv7()).
-           encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING
-               substring(int8send(floor(extract(epoch FROM p.first_at) * 1000)::bigint) FROM 3)
-               FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
-           p.agent_id, p.scope,
-           array_length(string_to_array(p.scope, '/'), 1),
-           CASE WHEN strpos(p.scope, '/') > 0
-                THEN split_part(p.scope, '/', 1) || '/' || split_part(p.scope, '/', 2) END,
-           true, p.n, p.last_content, :revision, p.first_at, p.last_at
-    FROM preview AS p
-    WHERE NOT EXISTS (
-        SELECT 1 FROM existing AS e
-        WHERE e.tenant_id = p.tenant_id
-          AND e.agent_id = p.agent_id COLLATE "C"
-          AND e.scope = p.scope COLLATE "C"
-    )
-    ON CONFLICT (tenant_id, agent_id, scope) WHERE is_default DO NOTHING
-    RETURNING tenant_id, id, agent_id, scope, 0 AS base
-),
-joined AS (
-    UPDATE sessions AS s
-    SET message_count = s.message_count + p.n,
-        last_message = p.last_content,
-        updated_at = greatest(s.updated_at, p.last_at)
-    FROM existing AS e
-    JOIN preview AS p
-      ON e.tenant_id = p.tenant_id
-     AND e.agent_id = p.agent_id COLLATE "C"
-     AND e.scope = p.scope COLLATE "C"
-    WHERE s.tenant_id = e.tenant_id AND s.id = e.id
-    RETURNING s.id
-),
-target AS (
-    SELECT tenant_id, id, agent_id, scope, base FROM created
-    UNION ALL
-    SELECT tenant_id, id, agent_id, scope, base FROM existing
-),
-numbered AS (
-    SELECT m.tenant_id, m.id, t.id AS session_id,
-           t.base + row_number() OVER (PARTITION BY t.id ORDER BY m.created_at, m.id) AS seq
-    FROM messages AS m
-    JOIN target AS t
-      ON m.tenant_id = t.tenant_id
-     AND m.agent_id COLLATE "C" = t.agent_id
-     AND m.scope COLLATE "C" = t.scope
-    WHERE m.session_id IS NULL
-),
-moved AS (
-    UPDATE messages AS m
-    SET session_id = n.session_id, seq = n.seq
-    FROM numbered AS n
-    WHERE m.tenant_id = n.tenant_id AND m.id = n.id
-    RETURNING 1
-),
-last_key AS (
-    SELECT tenant_id, agent_id, scope FROM conv
-    ORDER BY tenant_id DESC, agent_id DESC, scope DESC
-    LIMIT 1
-)
-SELECT k.tenant_id, k.agent_id, k.scope,
-       (SELECT count(*) FROM conv) AS conversations,
-       (SELECT count(*) FROM created) AS created,
-       (SELECT count(*) FROM joined) AS joined,
-       (SELECT count(*) FROM moved) AS moved
-FROM (SELECT 1) AS one
-LEFT JOIN last_key AS k ON true
-"""
-
-_SKIPPED = """
-SELECT count(*) FROM (
-    SELECT DISTINCT tenant_id, agent_id, scope FROM messages WHERE session_id IS NULL
-) AS left_over
-"""
 
 
-def _batch_size() -> int:
-    raw = context.get_x_argument(as_dictionary=True).get("backfill_batch", DEFAULT_BATCH)
-    size = int(raw)
-    if size < 1:
-        raise SystemExit("backfill_batch must be 1 or more")
-    return size
+def _options() -> tuple[int, float | None]:
+    args = context.get_x_argument(as_dictionary=True)
+    try:
+        batch = int(args.get("backfill_batch", DEFAULT_BATCH_ROWS))
+        rate = float(args["backfill_rate"]) if args.get("backfill_rate") else None
+    except ValueError:
+        raise SystemExit("backfill_batch and backfill_rate must be numbers") from None
+    return batch, rate
 
 
 def upgrade() -> None:
-    params: dict[str, Any] = {
-        "after_tenant": "",
-        "after_agent": "",
-        "after_scope": "",
-        "revision": revision,
-    }
     if context.is_offline_mode():
-        # Offline SQL for review: the whole backfill as one unbatched statement.
-        op.execute(sa.text(_BATCH).bindparams(batch=None, **params))
-        return
-    batch = _batch_size()
-    bind = op.get_bind()
-    totals = {"created": 0, "joined": 0, "moved": 0}
-    with op.get_context().autocommit_block():
-        todo = int(bind.execute(sa.text(_PENDING)).scalar_one())
-        with progress("backfill", todo, unit="conversations") as advance:
-            # Passes repeat while a pass made progress: a default created
-            # concurrently by the new release makes its conversation sit out
-            # one pass (ON CONFLICT skipped it) and join on the next.
-            while True:
-                cursor = dict(params)
-                moved_this_pass = 0
-                while True:
-                    row = bind.execute(sa.text(_BATCH), {**cursor, "batch": batch}).one()
-                    if row.conversations == 0:
-                        break
-                    advance(row.created + row.joined)
-                    for key in totals:
-                        totals[key] += getattr(row, key)
-                    moved_this_pass += row.moved
-                    cursor.update(
-                        after_tenant=row.tenant_id, after_agent=row.agent_id, after_scope=row.scope
-                    )
-                if moved_this_pass == 0:
-                    break
-        left_over = int(bind.execute(sa.text(_SKIPPED)).scalar_one())
-    log.info(
-        "backfill: %d sessions created, %d defaults joined, %d messages moved",
-        totals["created"],
-        totals["joined"],
-        totals["moved"],
-    )
-    if left_over:
-        log.warning(
-            "backfill: %d conversations have a scope or agent id outside cortex's grammar "
-            "and stay unsessioned",
-            left_over,
+        op.execute(
+            "-- 20260824000004: the backfill validates agent ids and scopes with cortex's own "
+            "rules (Python); run `cortex db backfill` online"
         )
+        return
+    batch, rate = _options()
+    with op.get_context().autocommit_block():
+        backfill(op.get_bind(), revision=revision, batch_rows=batch, max_rate=rate)
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: the backfilled sessions it deletes."""
+    deleted = ddl.count_rows(
+        bind,
+        "sessions",
+        f"backfilled_by = '{revision}' AND NOT EXISTS (SELECT 1 FROM messages AS m "
+        "WHERE m.tenant_id = sessions.tenant_id AND m.session_id = sessions.id "
+        "AND m.scope IS NULL)",
+    )
+    if not deleted:
+        return []
+    return [
+        f"{deleted} backfilled sessions (their ids, titles, metadata and defaults; "
+        "an upgrade creates new ones with new ids)"
+    ]
 
 
 def downgrade() -> None:

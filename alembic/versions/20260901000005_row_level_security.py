@@ -15,12 +15,25 @@ roles are exempt by PostgreSQL's design, so the service must not connect as one.
 
 It comes after the backfill so the backfill, run as the owner, still sees
 every tenant's rows; later data migrations can lift FORCE inside their own
-transaction (DDL is transactional). Alembic records it; not re-entrant by hand.
+transaction (DDL is transactional).
+
+Safe with: every cortex release; the legacy release too when it connects as a
+superuser or BYPASSRLS role (as its single database user usually did). A
+legacy release connecting as a plain owner is held to FORCE and its inserts
+are refused from here on: stop it before this revision.
+
+Online: per table, ENABLE, FORCE and the policy are one statement (a DO block)
+with a short lock timeout and retries; a rerun skips what is there.
+
+Downgrade: drops the policies; no data is lost.
 """
 
 from collections.abc import Sequence
 
+from sqlalchemy.engine import Connection
+
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20260901000005"
 down_revision: str | Sequence[str] | None = "20260824000004"
@@ -32,12 +45,19 @@ _MATCH = "tenant_id = current_setting('cortex.tenant', true)"
 
 
 def upgrade() -> None:
-    for table in _TABLES:
-        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-        op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
-        op.execute(
-            f"CREATE POLICY tenant_isolation ON {table} USING ({_MATCH}) WITH CHECK ({_MATCH})"
-        )
+    with op.get_context().autocommit_block():
+        for table in _TABLES:
+            ddl.run(
+                f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
+                f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
+                f"DROP POLICY IF EXISTS tenant_isolation ON {table}",
+                f"CREATE POLICY tenant_isolation ON {table} USING ({_MATCH}) WITH CHECK ({_MATCH})",
+            )
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: nothing."""
+    return []
 
 
 def downgrade() -> None:

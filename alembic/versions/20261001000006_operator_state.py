@@ -21,19 +21,40 @@ transaction as the messages and markers that change it:
   idle) with a partial index over the non-idle sessions, so
   ``ListFilter(state=...)`` is one indexed query and cannot drift.
 
-Adding the generated column rewrites ``sessions`` once. The data step fills
-``pending_inputs`` from existing messages; it lifts FORCE ROW LEVEL SECURITY
-inside this revision's transaction (so a non-superuser owner sees every
-tenant) and restores it before committing. Alembic records the revision; not
-re-entrant by hand.
+Safe with: the legacy release (it never reads ``sessions``; nothing here
+locks ``messages`` for more than a catalog change) and every cortex release
+before it (new columns have defaults, new tables are unused until the
+operator release).
+
+Online: on a database upgraded through today's 20260824000002 the four
+columns already exist (``sessions`` is born with them, because adding a
+stored generated column rewrites the table under an exclusive lock, and the
+legacy release's inserts into ``messages`` lock ``sessions`` through their
+foreign-key check); here they are added only where missing, i.e. on a
+database whose ``sessions`` an older release created, which pays that
+rewrite once. The check is added ``NOT VALID`` then validated, the state
+index is built ``CONCURRENTLY``.
+
+The data step fills ``pending_inputs`` from existing messages. A migrating
+role that bypasses row-level security simply reads every tenant; any other
+owner lifts FORCE ROW LEVEL SECURITY inside one transaction for the step
+(so it sees every tenant) and restores it before committing, which holds
+``messages`` for the length of the scan.
+
+Safe to run twice: each step checks the catalog, the data step skips rows
+already there. Downgrade: drops ``session_markers`` (abort and interrupt
+markers: refused unless data loss is allowed, see :func:`data_loss`) and
+``pending_inputs`` (derived from messages, rebuilt by the next upgrade).
 """
 
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.engine import Connection
 
-from alembic import op
+from alembic import context, op
+from cortex import _ddl as ddl
 
 revision: str = "20261001000006"
 down_revision: str | Sequence[str] | None = "20260901000005"
@@ -53,29 +74,33 @@ def _protect(table: str) -> None:
     op.execute(f"CREATE POLICY tenant_isolation ON {table} USING ({_MATCH}) WITH CHECK ({_MATCH})")
 
 
-def upgrade() -> None:
-    op.add_column(
-        "sessions", sa.Column("pending_count", sa.Integer(), nullable=False, server_default="0")
-    )
-    op.add_column(
-        "sessions", sa.Column("is_aborted", sa.Boolean(), nullable=False, server_default=sa.false())
-    )
-    op.add_column(
-        "sessions",
-        sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
-    )
-    op.add_column(
-        "sessions",
-        sa.Column("state", sa.Text(), sa.Computed(_STATE, persisted=True), nullable=False),
-    )
-    op.create_check_constraint("ck_sessions_pending_count", "sessions", "pending_count >= 0")
-    op.create_index(
-        "ix_sessions_state_recent",
-        "sessions",
-        ["tenant_id", "state", sa.text("updated_at DESC"), sa.text("id DESC")],
-        postgresql_where=sa.text("state <> 'idle'"),
-    )
+_DERIVE = """
+INSERT INTO pending_inputs (tenant_id, session_id, raised_seq, interrupt_id, message,
+                            author, raised_at, response_schema, payload)
+SELECT m.tenant_id, m.session_id, m.seq, m.requested_input->>'interrupt_id',
+       coalesce(m.requested_input->>'message', ''), m.author, m.created_at,
+       m.requested_input->'response_schema', m.requested_input->'payload'
+FROM messages AS m
+WHERE m.requested_input IS NOT NULL AND m.session_id IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM messages AS r
+      WHERE r.tenant_id = m.tenant_id AND r.session_id = m.session_id
+        AND r.seq > m.seq
+        AND r.function_response->>'id' = m.requested_input->>'interrupt_id'
+  )
+ON CONFLICT DO NOTHING
+"""
 
+_COUNT = """
+UPDATE sessions AS s SET pending_count = p.n
+FROM (
+    SELECT tenant_id, session_id, count(*) AS n FROM pending_inputs GROUP BY 1, 2
+) AS p
+WHERE s.tenant_id = p.tenant_id AND s.id = p.session_id AND s.pending_count <> p.n
+"""
+
+
+def _create_tables() -> None:
     op.create_table(
         "pending_inputs",
         sa.Column("tenant_id", sa.Text(collation="C"), nullable=False),
@@ -114,37 +139,53 @@ def upgrade() -> None:
     _protect("pending_inputs")
     _protect("session_markers")
 
-    # Data: pending inputs of existing sessions, from their messages.
-    for table in ("sessions", "messages"):
-        op.execute(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
-    op.execute(
-        """
-        INSERT INTO pending_inputs (tenant_id, session_id, raised_seq, interrupt_id, message,
-                                    author, raised_at, response_schema, payload)
-        SELECT m.tenant_id, m.session_id, m.seq, m.requested_input->>'interrupt_id',
-               coalesce(m.requested_input->>'message', ''), m.author, m.created_at,
-               m.requested_input->'response_schema', m.requested_input->'payload'
-        FROM messages AS m
-        WHERE m.requested_input IS NOT NULL AND m.session_id IS NOT NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM messages AS r
-              WHERE r.tenant_id = m.tenant_id AND r.session_id = m.session_id
-                AND r.seq > m.seq
-                AND r.function_response->>'id' = m.requested_input->>'interrupt_id'
-          )
-        """
-    )
-    op.execute(
-        """
-        UPDATE sessions AS s SET pending_count = p.n
-        FROM (
-            SELECT tenant_id, session_id, count(*) AS n FROM pending_inputs GROUP BY 1, 2
-        ) AS p
-        WHERE s.tenant_id = p.tenant_id AND s.id = p.session_id
-        """
-    )
-    for table in ("sessions", "messages"):
-        op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+
+def upgrade() -> None:
+    # In this revision's transaction: the two new tables (nobody uses them yet).
+    if (
+        context.is_offline_mode()
+        or op.get_bind().execute(sa.text("SELECT to_regclass('session_markers')")).scalar() is None
+    ):
+        _create_tables()
+    with op.get_context().autocommit_block():
+        # One statement, one rewrite of sessions (the generated column); the
+        # other columns have constant defaults.
+        ddl.run(
+            "ALTER TABLE sessions "
+            "ADD COLUMN IF NOT EXISTS pending_count integer NOT NULL DEFAULT 0, "
+            "ADD COLUMN IF NOT EXISTS is_aborted boolean NOT NULL DEFAULT false, "
+            "ADD COLUMN IF NOT EXISTS is_interrupted boolean NOT NULL DEFAULT false, "
+            f"ADD COLUMN IF NOT EXISTS state text GENERATED ALWAYS AS ({_STATE}) STORED NOT NULL"
+        )
+        ddl.add_check("sessions", "ck_sessions_ck_sessions_pending_count", "pending_count >= 0")
+        ddl.create_index(
+            "ix_sessions_state_recent",
+            "sessions (tenant_id, state, updated_at DESC, id DESC) WHERE state <> 'idle'",
+        )
+        if ddl.bypasses_rls():
+            op.execute(_DERIVE)
+            op.execute(_COUNT)
+        else:
+            # Lift FORCE for this step only, in one transaction, so a plain
+            # owner sees every tenant; the same transaction restores it.
+            ddl.run(
+                "ALTER TABLE sessions NO FORCE ROW LEVEL SECURITY",
+                "ALTER TABLE messages NO FORCE ROW LEVEL SECURITY",
+                _DERIVE,
+                _COUNT,
+                "ALTER TABLE sessions FORCE ROW LEVEL SECURITY",
+                "ALTER TABLE messages FORCE ROW LEVEL SECURITY",
+            )
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: the markers (pending inputs are re-derived)."""
+    lost = []
+    for kind in ("aborted", "interrupted"):
+        n = ddl.count_rows(bind, "session_markers", f"kind = '{kind}'")
+        if n:
+            lost.append(f"{n} {kind} markers (session_markers): those sessions turn idle")
+    return lost
 
 
 def downgrade() -> None:

@@ -22,12 +22,19 @@ docs/query-plans.md, P1). Two changes:
   inside it and search is as correct, and as slow, as before. EXECUTE is
   granted only by ``cortex db grant``.
 
-Alembic records the revision; not re-entrant by hand.
+Safe with: the legacy release (it never touches ``sessions``) and every
+cortex release: the old trigram indexes stay until the new ones are built
+(both ``CONCURRENTLY``), so a search is never without its index. Safe to run
+twice (each step checks the catalog). Downgrade: rebuilds the old indexes and
+drops the function; no data is lost.
 """
 
 from collections.abc import Sequence
 
+from sqlalchemy.engine import Connection
+
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20261015000007"
 down_revision: str | Sequence[str] | None = "20261001000006"
@@ -35,7 +42,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 FUNCTION = """
-CREATE FUNCTION cortex_search_ids(pattern text) RETURNS SETOF uuid
+CREATE OR REPLACE FUNCTION cortex_search_ids(pattern text) RETURNS SETOF uuid
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, public
 AS $$
@@ -47,25 +54,25 @@ $$
 
 
 def upgrade() -> None:
-    op.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
-    op.drop_index("ix_sessions_title_trgm", table_name="sessions")
-    op.drop_index("ix_sessions_last_message_trgm", table_name="sessions")
-    op.create_index(
-        "ix_sessions_tenant_title_trgm",
-        "sessions",
-        ["tenant_id", "title"],
-        postgresql_using="gin",
-        postgresql_ops={"title": "gin_trgm_ops"},
-    )
-    op.create_index(
-        "ix_sessions_tenant_last_message_trgm",
-        "sessions",
-        ["tenant_id", "last_message"],
-        postgresql_using="gin",
-        postgresql_ops={"last_message": "gin_trgm_ops"},
-    )
-    op.execute(FUNCTION)
-    op.execute("REVOKE ALL ON FUNCTION cortex_search_ids(text) FROM PUBLIC")
+    with op.get_context().autocommit_block():
+        op.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
+        ddl.create_index(
+            "ix_sessions_tenant_title_trgm",
+            "sessions USING gin (tenant_id, title gin_trgm_ops)",
+        )
+        ddl.create_index(
+            "ix_sessions_tenant_last_message_trgm",
+            "sessions USING gin (tenant_id, last_message gin_trgm_ops)",
+        )
+        ddl.drop_index("ix_sessions_title_trgm")
+        ddl.drop_index("ix_sessions_last_message_trgm")
+        op.execute(FUNCTION)
+        op.execute("REVOKE ALL ON FUNCTION cortex_search_ids(text) FROM PUBLIC")
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: nothing."""
+    return []
 
 
 def downgrade() -> None:

@@ -24,6 +24,8 @@ old one is exploitable, and the two are otherwise the same.
 
 from collections.abc import Sequence
 
+from sqlalchemy.engine import Connection
+
 from alembic import op
 
 revision: str = "20261201000008"
@@ -57,6 +59,11 @@ $migration$
 
 def upgrade() -> None:
     op.execute(SAFE_SEARCH_FUNCTION)
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: nothing (it keeps the safe definition)."""
+    return []
 
 
 def downgrade() -> None:

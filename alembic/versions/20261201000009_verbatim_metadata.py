@@ -12,7 +12,8 @@ its input text exactly (it only checks the syntax), so cortex now writes the
 JSON text it serialised from the host's value into ``sessions.metadata_json``
 and ``messages.metadata_json`` and decodes that on read.
 
-Expand only, and online: two nullable columns without a default are a
+Safe with: the previous release (it never reads the new columns). Expand
+only, and online: two nullable columns without a default are a
 catalog change (a brief ACCESS EXCLUSIVE lock, no table rewrite, no scan).
 Rows written before this revision keep their metadata in the jsonb
 ``metadata`` column, which cortex reads when ``metadata_json`` is NULL; rows
@@ -27,10 +28,10 @@ drops the columns. Alembic records the revision; not re-entrant by hand.
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON
+from sqlalchemy.engine import Connection
 
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20261201000009"
 down_revision: str | Sequence[str] | None = "20261201000008"
@@ -41,8 +42,19 @@ TABLES = ("sessions", "messages")
 
 
 def upgrade() -> None:
-    for table in TABLES:
-        op.add_column(table, sa.Column("metadata_json", JSON(), nullable=True))
+    with op.get_context().autocommit_block():
+        for table in TABLES:
+            # A short lock timeout with retries (cortex._ddl): the catalog change
+            # must not queue the running release behind a long transaction.
+            ddl.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS metadata_json json")
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: nothing; the values go back into jsonb.
+
+    Only their spelling is normalised again (as before this revision).
+    """
+    return []
 
 
 def downgrade() -> None:

@@ -7,37 +7,38 @@ Create Date: 2026-12-01
 Why it exists: Google ADK and the OpenAI Agents SDK name a session with any
 string the host picks, store structured events or items rather than text,
 and keep state (per session, per app, per user) that changes atomically with
-the events that carry it. This revision adds, expand only:
+the events that carry it. This revision adds:
 
-- ``sessions.session_key``: the host-chosen key (unique per tenant, agent and
-  exact scope, by the partial unique index ``uq_sessions_key``);
-- ``sessions.data``: the session's state document (jsonb object whose values
-  are each the JSON text of the host's value, so a value comes back exactly
-  as it was sent and a delta merges key by key with ``||``);
+- ``sessions.session_key``: the host-chosen key, unique per tenant, agent and
+  exact scope by the partial unique index ``uq_sessions_key``;
+- ``sessions.data``: the session's state document (a jsonb object whose
+  values are each the JSON text of the host's value, so a value comes back
+  exactly as it was sent and a delta merges key by key with ``||``), size
+  bounded by ``ck_sessions_data_size``;
 - ``messages.payload_json``: a message's structured payload, the JSON text
   verbatim (``json`` keeps its input text);
 - ``scope_data``: one state document per scope, shared by every session
-  beneath it; tenant first in its key, row-level security like every table.
+  beneath it; tenant first in its key, row-level security (ENABLE + FORCE)
+  with the tenant policy like every table, in the application grants.
 
-Safe for the previous release, which neither reads nor writes the new
-columns or table: nullable columns without defaults are catalog-only
-changes; the size check is added ``NOT VALID`` (no scan under the table
-lock) and validated afterwards under a lock that lets reads and writes
-through. The partial unique index ``uq_sessions_key`` is built in the
-migration's transaction: writes to ``sessions`` wait for one scan of the
-table (reads go on). On a large table, build it beforehand with ``CREATE
-UNIQUE INDEX CONCURRENTLY`` and the same definition; the migration then
-finds it (``IF NOT EXISTS``) and only records the revision.
+Safe with: the previous release (it never reads or writes the new columns
+or table). Expand only, and online (cortex._ddl): nullable columns without
+defaults are catalog changes taken under a short lock timeout with retries;
+the size check is added ``NOT VALID`` and then validated under a lock that
+lets reads and writes go on; the unique index is built ``CONCURRENTLY``.
+Each step checks the catalog first, so a run killed half way runs again
+from the top.
 
-Downgrade drops what upgrade added (the data in it is lost).
+Downgrade drops what upgrade added; ``data_loss`` says how many keys, state
+documents and payloads that destroys.
 """
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON, JSONB
+from sqlalchemy.engine import Connection
 
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20261201000011"
 down_revision: str | Sequence[str] | None = "20261201000009"
@@ -50,42 +51,58 @@ _DATA_LIMIT = "octet_length(data::text) <= 1048576"
 
 
 def upgrade() -> None:
-    op.add_column("sessions", sa.Column("session_key", sa.Text(collation="C"), nullable=True))
-    op.add_column("sessions", sa.Column("data", JSONB(), nullable=True))
-    op.add_column("messages", sa.Column("payload_json", JSON(), nullable=True))
-    op.execute(
-        f"ALTER TABLE sessions ADD CONSTRAINT ck_sessions_data_size CHECK ({_DATA_LIMIT}) NOT VALID"
+    with op.get_context().autocommit_block():
+        ddl.run('ALTER TABLE sessions ADD COLUMN IF NOT EXISTS session_key text COLLATE "C"')
+        ddl.run("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS data jsonb")
+        ddl.run("ALTER TABLE messages ADD COLUMN IF NOT EXISTS payload_json json")
+        ddl.add_check("sessions", "ck_sessions_data_size", _DATA_LIMIT)
+        # A new table: its creation locks nothing the running release uses.
+        ddl.run(
+            "CREATE TABLE IF NOT EXISTS scope_data ("
+            ' tenant_id text COLLATE "C" NOT NULL,'
+            ' scope text COLLATE "C" NOT NULL,'
+            " data jsonb NOT NULL DEFAULT '{}'::jsonb,"
+            " updated_at timestamptz NOT NULL DEFAULT now(),"
+            " CONSTRAINT pk_scope_data PRIMARY KEY (tenant_id, scope),"
+            " CONSTRAINT ck_scope_data_scope_tenant CHECK (tenant_id = split_part(scope, '/', 1)),"
+            f" CONSTRAINT ck_scope_data_data_size CHECK ({_DATA_LIMIT}))",
+            "ALTER TABLE scope_data ENABLE ROW LEVEL SECURITY",
+            "ALTER TABLE scope_data FORCE ROW LEVEL SECURITY",
+        )
+        if not _policy_exists():
+            ddl.run(
+                f"CREATE POLICY tenant_isolation ON scope_data USING ({_MATCH})"
+                f" WITH CHECK ({_MATCH})"
+            )
+        ddl.create_index(
+            "uq_sessions_key",
+            "sessions (tenant_id, agent_id, scope, session_key) WHERE session_key IS NOT NULL",
+            unique=True,
+        )
+
+
+def _policy_exists() -> bool:
+    if op.get_context().as_sql:
+        return False
+    found = op.get_bind().exec_driver_sql(
+        "SELECT 1 FROM pg_policies WHERE tablename = 'scope_data' AND policyname = 'tenant_isolation'"
     )
-    op.create_table(
-        "scope_data",
-        sa.Column("tenant_id", sa.Text(collation="C"), nullable=False),
-        sa.Column("scope", sa.Text(collation="C"), nullable=False),
-        sa.Column("data", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
-        sa.Column(
-            "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
-        ),
-        sa.PrimaryKeyConstraint("tenant_id", "scope", name="pk_scope_data"),
-        sa.CheckConstraint(
-            "tenant_id = split_part(scope, '/', 1)", name="ck_scope_data_scope_tenant"
-        ),
-        sa.CheckConstraint(_DATA_LIMIT, name="ck_scope_data_data_size"),
-    )
-    op.execute("ALTER TABLE scope_data ENABLE ROW LEVEL SECURITY")
-    op.execute("ALTER TABLE scope_data FORCE ROW LEVEL SECURITY")
-    op.execute(
-        f"CREATE POLICY tenant_isolation ON scope_data USING ({_MATCH}) WITH CHECK ({_MATCH})"
-    )
-    # VALIDATE takes SHARE UPDATE EXCLUSIVE: reads and writes go on while it scans.
-    op.execute("ALTER TABLE sessions VALIDATE CONSTRAINT ck_sessions_data_size")
-    # Not CONCURRENTLY: that cannot run while a second deploy job waits on the
-    # migration lock (it waits for that job's transaction, which waits for it).
-    # IF NOT EXISTS: on a large table, build it by hand first with
-    # CREATE UNIQUE INDEX CONCURRENTLY (same definition); this then skips it.
-    op.execute(
-        "CREATE UNIQUE INDEX IF NOT EXISTS uq_sessions_key"
-        " ON sessions (tenant_id, agent_id, scope, session_key)"
-        " WHERE session_key IS NOT NULL"
-    )
+    return found.first() is not None
+
+
+def data_loss(bind: Connection) -> list[str]:
+    """What this revision's downgrade would destroy: keys, state documents and payloads."""
+    lost = []
+    for table, where, what in (
+        ("sessions", "session_key IS NOT NULL", "session keys (sessions.session_key)"),
+        ("sessions", "data IS NOT NULL", "session state documents (sessions.data)"),
+        ("messages", "payload_json IS NOT NULL", "message payloads (messages.payload_json)"),
+        ("scope_data", "true", "scope state documents (scope_data)"),
+    ):
+        n = ddl.count_rows(bind, table, where)
+        if n:
+            lost.append(f"{n} {what}")
+    return lost
 
 
 def downgrade() -> None:

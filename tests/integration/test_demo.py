@@ -23,6 +23,8 @@ def test_demo_on_a_named_database(database: Database, capsys: pytest.CaptureFixt
     assert "NotFound (no hint it exists)" in out
     assert "LEAK" not in out
     assert "Removed the demo's sessions" in out
+    # owner_url logs in as the server's superuser: the demo says what that costs.
+    assert "row-level security does not apply" in out
 
 
 @pytest.mark.slow
@@ -45,6 +47,7 @@ def test_demo_on_the_embedded_default_twice() -> None:
             out = " ".join(done.stdout.split())
             assert "embedded server" in out
             assert "row-level security applies" in out
+            assert "row-level security does not apply" not in " ".join(out.split())
             # The same on the second run as on the first.
             assert "search 'dispute' (title or last message) -> 1 listed, count 1" in out
             assert "NotFound (no hint it exists)" in out

@@ -10,9 +10,11 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 
-from cortex import CortexError
+import cortex
+from cortex import CortexError, NewMessage, RequestedInput, use_scope
 from cortex._executor import StatementError, Tx, _compile
 from cortex._tables import sessions
+from tests.conftest import Database
 
 _BY_ID = sa.select(sessions.c.id).where(sessions.c.id == sa.bindparam("target_id"))
 
@@ -53,3 +55,24 @@ async def test_one_row_expected_is_a_cortex_error(app_conn: asyncpg.Connection) 
 
 def test_the_statement_cache_is_bounded() -> None:
     assert _compile.cache_info().maxsize is not None
+
+
+async def test_json_codecs_are_cortexs_own(database: Database, tenant: str) -> None:
+    # A pool option that changes SQLAlchemy's JSON decoding must not change
+    # what cortex reads: it executes on the driver with codecs it sets itself.
+    async with cortex.connect(
+        database.app_url, json_deserializer=lambda _: "not cortex's"
+    ) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            asked = NewMessage(
+                "assistant",
+                "ok?",
+                requested_input=RequestedInput(interrupt_id="q", payload={"a": [1, 2.5]}),
+            )
+            await store.append_message(s.id, asked)
+            (stored,) = await store.list_messages(s.id)
+            assert stored.requested_input is not None
+            assert stored.requested_input.payload == {"a": [1, 2.5]}
+            detail = await store.inspect_session(s.id)
+            assert detail.pending[0].payload == {"a": [1, 2.5]}

@@ -8,6 +8,7 @@ it more than one tenant's rows, or the owner's rights.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -155,3 +156,17 @@ async def test_a_response_schema_cannot_stall_resume(store: cortex.Store, tenant
         await store.resume(s.id, "q", {"code": "a" * 60_000})
         assert (await store.get_session(s.id)).state is SessionState.IDLE
     record("hostile inputs: response schemas built to stall validation", 1)
+
+
+async def test_connecting_as_a_role_that_bypasses_rls_warns(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="cortex"):
+        async with cortex.connect(database.owner_url) as store:  # the server's superuser
+            assert store.bypasses_row_level_security
+    assert any("row-level security does not apply" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cortex"):
+        async with cortex.connect(database.app_url) as store:
+            assert not store.bypasses_row_level_security
+    assert not [r for r in caplog.records if r.name == "cortex"]

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from alembic.script import ScriptDirectory
 
 import cortex
 from cortex import NewMessage, use_scope
 from cortex.ids import format_id
-from cortex.migrate import alembic_config, downgrade, upgrade
+from cortex.migrate import DataLossRefused, alembic_config, downgrade, upgrade
 from tests.migrations.test_migrations import execute, fetch
 
 REVISION = "20261201000011"
@@ -66,7 +67,9 @@ def test_old_rows_and_old_writers_survive_both_ways(blank_db: str) -> None:
         return seen
 
     assert asyncio.run(use()) == [(None, {}, None), (None, {}, None)]
-    downgrade(blank_db, before_revision())
+    with pytest.raises(DataLossRefused, match=r"1 session keys.*1 scope state documents"):
+        downgrade(blank_db, before_revision())
+    downgrade(blank_db, before_revision(), allow_data_loss=True)
     assert fetch(blank_db, "SELECT to_regclass('scope_data') AS t")[0]["t"] is None
     counts = fetch(blank_db, "SELECT count(*) AS n FROM sessions")[0]["n"]
     assert counts == 3

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import io
 import re
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import asyncpg
@@ -23,9 +23,10 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from alembic import command
-from cortex import NewMessage, use_scope
+from cortex import NewMessage, _backfill, use_scope
 from cortex._engine import SCHEMA_REVISION
-from cortex.migrate import alembic_config, downgrade, grant_sql, script_location, upgrade
+from cortex.cli import main
+from cortex.migrate import alembic_config, downgrade, grant_sql, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_database
 
 BACKFILL = "20260824000004"
@@ -244,7 +245,7 @@ def test_backfill_then_downgrade_then_again(blank_db: str) -> None:
     upgrade(blank_db)
     _check_backfilled(blank_db, existing)
 
-    downgrade(blank_db, "20260824000003")
+    downgrade(blank_db, "20260824000003", allow_data_loss=True)
     sessions = _sessions(blank_db)
     assert set(sessions) == {("bot", "initech/u9")}
     kept = sessions[("bot", "initech/u9")]
@@ -258,40 +259,41 @@ def test_backfill_then_downgrade_then_again(blank_db: str) -> None:
     _check_backfilled(blank_db, existing)
 
 
-def _backfill_module() -> ModuleType:
-    path = next((script_location() / "versions").glob(f"{BACKFILL}_*.py"))
-    spec = importlib.util.spec_from_file_location("backfill_rev", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+class _Crash(Exception):
+    pass
 
 
-def test_backfill_restarts_after_partial_run_and_is_idempotent(blank_db: str) -> None:
+def test_backfill_restarts_after_partial_run_and_is_idempotent(
+    blank_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     upgrade(blank_db, "20260801000001")
     _legacy(blank_db, LEGACY)
     upgrade(blank_db, "20260824000003")
     existing = _seed_existing_default(blank_db)
-    batch_sql = (
-        _backfill_module()
-        ._BATCH.replace(":after_tenant", "''")
-        .replace(":after_agent", "''")
-        .replace(":after_scope", "''")
-        .replace(":revision", f"'{BACKFILL}'")
-        .replace(":batch", "2")
-    )
-    # A crashed deploy: two committed batches, then nothing.
-    for _ in range(2):
-        execute(blank_db, batch_sql)
+
+    # A crashed deploy: two committed batches (of 2 messages each), then the process dies.
+    @contextlib.contextmanager
+    def crash_after_two(*_args: Any, **_kwargs: Any) -> Iterator[Callable[[int], None]]:
+        calls = []
+
+        def advance(done: int) -> None:
+            calls.append(done)
+            if len(calls) == 2:
+                raise _Crash
+
+        yield advance
+
+    monkeypatch.setattr(_backfill, "progress", crash_after_two)
+    with pytest.raises(_Crash):
+        upgrade(blank_db, BACKFILL, backfill_batch=2)
+    monkeypatch.undo()
+    assert current(blank_db) == ["20260824000003"]
     assert len(_sessions(blank_db)) > 1
-    config = alembic_config(blank_db)
-    config.cmd_opts = type("Opts", (), {"x": ["backfill_batch=1"]})()  # alembic reads .x only
-    command.upgrade(config, "head")
+    upgrade(blank_db, backfill_batch=1)
     _check_backfilled(blank_db, existing)
-    # Running the batch again finds nothing to do.
+    # Running the backfill again finds nothing to do.
     before = fetch(blank_db, "SELECT id, message_count, updated_at FROM sessions ORDER BY id")
-    execute(blank_db, batch_sql)
+    assert main(["--database-url", blank_db, "db", "backfill"]) == 0
     assert (
         fetch(blank_db, "SELECT id, message_count, updated_at FROM sessions ORDER BY id") == before
     )
@@ -386,3 +388,17 @@ def test_operator_state_migration_derives_pending_from_history(blank_db: str) ->
         "session_markers",
         "sessions",
     ]
+
+
+def test_backfill_throttle_holds_the_rate(blank_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    upgrade(blank_db, "20260801000001")
+    _legacy(blank_db, LEGACY)
+    upgrade(blank_db, "20260824000003")
+    existing = _seed_existing_default(blank_db)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    # 10 messages per second at most: after each batch of 2 it must wait its turn.
+    upgrade(blank_db, backfill_batch=2, backfill_rate=10)
+    assert pauses
+    assert all(p > 0 for p in pauses)
+    _check_backfilled(blank_db, existing)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
@@ -14,7 +15,20 @@ def test_round_trip_and_sortable() -> None:
     ids = [format_id("ses", v) for v in values]
     assert all(i.startswith("ses_") and len(i) == 30 for i in ids)
     assert [parse_id("ses", i) for i in ids] == values
-    assert sorted(ids) == ids  # k-sortable
+    millis = [v.int >> 80 for v in values]
+    assert sorted(millis) == millis  # k-sortable by millisecond
+    assert all(v.variant == uuid.RFC_4122 for v in values)
+
+
+def test_ids_minted_together_share_no_counter() -> None:
+    # Neighbours minted in one millisecond must be as far apart as any two
+    # random 62-bit strings (about 31 differing bits), not a counter step.
+    values = [new_uuid() for _ in range(2_000)]
+    pairs = [(a, b) for a, b in itertools.pairwise(values) if a.int >> 80 == b.int >> 80]
+    assert pairs, "expected ids minted within one millisecond"
+    low = (1 << 62) - 1
+    differing = [bin((a.int ^ b.int) & low).count("1") for a, b in pairs]
+    assert sum(differing) / len(differing) > 24
 
 
 @pytest.mark.parametrize(
