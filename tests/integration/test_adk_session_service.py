@@ -60,6 +60,7 @@ pending input on cortex's operator surface.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -636,3 +637,36 @@ async def test_an_operator_answer_reaches_the_agent(
     # The session object from before the answer is stale now.
     with pytest.raises(StaleSessionError):
         await service.append_event(session, Event(author="agent"))
+
+
+def test_the_cli_shows_an_adk_session(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cortex.cli import main
+
+    async def seed() -> None:
+        async with CortexSessionService(database.app_url, scope=tenant) as service:
+            session = await service.create_session(
+                app_name=APP, user_id="ada", session_id="order-42", state={"user:tier": "gold"}
+            )
+            call = types.FunctionCall(id="adk-call-9", name="approve_refund")
+            await service.append_event(
+                session,
+                Event(
+                    author="agent",
+                    content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+                    long_running_tool_ids={"adk-call-9"},
+                ),
+            )
+
+    asyncio.run(seed())
+    url = ["--database-url", database.owner_url, "--scope", tenant]
+    assert main(["sessions", "list", "--state", "paused", "--json", *url]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["sessions"]
+    assert listed["key"] == "order-42"
+    assert main(["sessions", "show", listed["id"], *url]) == 0
+    shown = capsys.readouterr().out
+    assert "key: order-42" in shown
+    assert '"user:tier": "gold"' in shown
+    assert "pending adk-call-9" in shown
+    assert "approve_refund" in shown
