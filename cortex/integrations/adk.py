@@ -316,18 +316,22 @@ class CortexSessionService(BaseSessionService):
             return None
         user_scope = self.user_scope(app_name, user_id)
         recent = None if config is None else config.num_recent_events
+        first = MAX_MESSAGE_LIMIT if recent is None else max(1, min(recent, MAX_MESSAGE_LIMIT))
         with use_scope(user_scope):
-            sid = await self._find(store, user_scope, key)
-            if sid is None:
-                return None
-            try:
-                first = (
-                    MAX_MESSAGE_LIMIT if recent is None else max(1, min(recent, MAX_MESSAGE_LIMIT))
-                )
-                stored, messages = await store.get_session_with_messages(sid, limit=first)
-                messages = await _older(store, sid, messages, recent)
-            except NotFound:
-                self._ids.pop((str(user_scope), key), None)
+            # Two tries: a cached id whose session was deleted (and perhaps
+            # created again under the same key elsewhere) is dropped and the
+            # key looked up afresh.
+            for _ in range(2):
+                sid = await self._find(store, user_scope, key)
+                if sid is None:
+                    return None
+                try:
+                    stored, messages = await store.get_session_with_messages(sid, limit=first)
+                    messages = await _older(store, sid, messages, recent)
+                    break
+                except NotFound:
+                    self._ids.pop((str(user_scope), key), None)
+            else:
                 return None
         events = [e for e in map(_event_of, messages) if e is not None]
         events.sort(key=lambda e: (e.timestamp, e.id))
@@ -401,22 +405,29 @@ class CortexSessionService(BaseSessionService):
         marker = session._storage_update_marker
         message = _message_of(event)
         with use_scope(user_scope):
-            sid = await self._find(store, user_scope, session.id)
-            if sid is None:
+            # Two tries, as in get_session: a cached id may name a session
+            # deleted since (its key then names another one, or none).
+            for attempt in range(2):
+                sid = await self._find(store, user_scope, session.id)
+                if sid is None:
+                    raise SessionMissing(f"Session {session.id} not found.")
+                try:
+                    (stored,) = await store.append_messages(
+                        sid,
+                        [message],
+                        data={**own, _UPDATED: event.timestamp},
+                        scope_data=scope_data or None,
+                        expected_count=None if marker is None else int(marker),
+                    )
+                    break
+                except NotFound as exc:
+                    self._ids.pop((str(user_scope), session.id), None)
+                    if attempt:
+                        raise SessionMissing(f"Session {session.id} not found.") from exc
+                except Conflict as exc:
+                    raise StaleSession(_STALE) from exc
+            else:  # pragma: no cover - the loop breaks or raises
                 raise SessionMissing(f"Session {session.id} not found.")
-            try:
-                (stored,) = await store.append_messages(
-                    sid,
-                    [message],
-                    data={**own, _UPDATED: event.timestamp},
-                    scope_data=scope_data or None,
-                    expected_count=None if marker is None else int(marker),
-                )
-            except NotFound as exc:
-                self._ids.pop((str(user_scope), session.id), None)
-                raise SessionMissing(f"Session {session.id} not found.") from exc
-            except Conflict as exc:
-                raise StaleSession(_STALE) from exc
         session.last_update_time = event.timestamp
         session._storage_update_marker = str(stored.seq)
         return self._commit_event_to_session(session, event)

@@ -133,8 +133,12 @@ class CortexSession:
                 try:
                     page = await store.recent_messages(sid, limit=page_size, before_seq=before)
                 except NotFound:
+                    # Deleted behind our back (perhaps created again under
+                    # this key): start over from the key, once.
+                    if self._id is None or before is not None:
+                        return []
                     self._id = None
-                    return []
+                    return await self.get_items(limit)
                 messages = page + messages
                 if len(page) < page_size or page[0].seq == 1:
                     break

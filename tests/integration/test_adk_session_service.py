@@ -670,3 +670,21 @@ def test_the_cli_shows_an_adk_session(
     assert '"user:tier": "gold"' in shown
     assert "pending adk-call-9" in shown
     assert "approve_refund" in shown
+
+
+async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenant: str) -> None:
+    one = CortexSessionService(store, scope=tenant)
+    other = CortexSessionService(store, scope=tenant)  # another process
+    await one.create_session(app_name=APP, user_id="u", session_id="s", state={"v": 1})
+    assert await one.get_session(app_name=APP, user_id="u", session_id="s") is not None
+    await other.delete_session(app_name=APP, user_id="u", session_id="s")
+    await other.create_session(app_name=APP, user_id="u", session_id="s", state={"v": 2})
+    again = await one.get_session(app_name=APP, user_id="u", session_id="s")  # stale cache
+    assert again is not None
+    assert again.state == {"v": 2}
+    await other.delete_session(app_name=APP, user_id="u", session_id="s")
+    third = await other.create_session(app_name=APP, user_id="u", session_id="s")
+    await one.append_event(third, Event(author="user"))  # one's cached id is stale again
+    got = await other.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert len(got.events) == 1

@@ -336,3 +336,15 @@ async def test_built_from_a_url_and_from_a_store(
         assert await store.count_sessions() == 1
     with pytest.raises(cortex.ScopeMissing):
         await borrowed.get_items()
+
+
+async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenant: str) -> None:
+    one = CortexSession("again", store, scope=tenant)
+    await one.add_items([item("user", "first life")])
+    assert len(await one.get_items()) == 1
+    with use_scope(tenant):
+        stored = await store.get_session_by_key("openai-agents", "again")
+        await store.delete_session(stored.id)
+    other = CortexSession("again", store, scope=tenant)
+    await other.add_items([item("user", "second life")])
+    assert contents(await one.get_items()) == ["second life"]  # one's cached id was stale
