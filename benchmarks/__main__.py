@@ -1,9 +1,11 @@
 """``python -m benchmarks <scenario> [--dsn URL] [--n N] [--concurrency C] [--quick] [--json FILE]``.
 
 Scenarios: ``append`` (the message-counter path), ``listing`` (list and count
-at scale), ``resolve`` (default resolution), or ``all``; and ``migration``
-(the migration chain on a legacy database of ``--n`` messages with the old
-release writing throughout; not part of ``all``). The database server
+at scale), ``resolve`` (default resolution), ``frameworks`` (the ADK and
+Agents SDK adapters beside those frameworks' own PostgreSQL stores; needs
+the ``peers`` extra), or ``all``; and ``migration`` (the migration chain on
+a legacy database of ``--n`` messages with the old release writing
+throughout; not part of ``all``). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -28,7 +30,7 @@ from typing import Any
 from benchmarks import append, listing, migration, resolve
 from benchmarks._common import bench_database, server_facts
 
-SCENARIOS = ("append", "listing", "resolve")
+SCENARIOS = ("append", "listing", "resolve", "frameworks")
 
 
 @contextmanager
@@ -51,6 +53,11 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
     if scenario == "resolve":
         n = args.n or (800 if quick else 4000)
         return resolve.Params(n=n, concurrency=c, race_pairs=20 if quick else 50)
+    if scenario == "frameworks":
+        from benchmarks import frameworks
+
+        n = args.n or (400 if quick else 2000)
+        return frameworks.Params(n=n, concurrency=c, sessions_per_user=20 if quick else 50)
     sessions = args.n or (20_000 if quick else 1_000_000)
     return listing.Params(sessions=sessions, repeats=30 if quick else 200)
 
@@ -85,7 +92,12 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
     print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")
     started = time.perf_counter()
     async with bench_database(server, keep=args.keep) as db:
-        module = {"append": append, "listing": listing, "resolve": resolve}[scenario]
+        modules: dict[str, Any] = {"append": append, "listing": listing, "resolve": resolve}
+        if scenario == "frameworks":
+            from benchmarks import frameworks
+
+            modules["frameworks"] = frameworks
+        module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
         "scenario": scenario,

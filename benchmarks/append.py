@@ -65,6 +65,7 @@ def _floor_args(order: list[str], session_id: Any, k: int, text: str) -> list[An
         "m_requested": [None] * k,
         "m_responses": [None] * k,
         "m_metadata": ["{}"] * k,
+        "m_payloads": [None] * k,
     }
     return bind(order, values)
 

@@ -87,6 +87,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     say(out, f"{s.id}  {detail.state.value}")
     for label, value in (
         ("agent", s.agent_id),
+        ("key", s.key if s.key is not None else "-"),
         ("scope", str(s.scope)),
         ("title", s.title or "-"),
         ("messages", str(s.message_count)),
@@ -97,6 +98,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("abort reason", detail.abort_reason or "-"),
         ("interrupt reason", detail.interrupt_reason or "-"),
         ("metadata", _indented_json(s.metadata, 20) if s.metadata else "-"),
+        ("state data", _indented_json(s.data, 20) if s.data else "-"),
     ):
         say(out, f"  {label:>16}: {value}")
     if not detail.pending:

@@ -56,7 +56,7 @@ LOCK_TIMEOUT: Final = "200ms"
 ATTEMPTS: Final = 60
 _LOCK_NOT_AVAILABLE: Final = "55P03"
 # Tables a where clause of count_rows may read.
-_RLS_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers")
+_RLS_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers", "scope_data")
 
 
 def _offline() -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, Final, NamedTuple
 
@@ -19,20 +20,30 @@ from cortex._db import RetryTransaction
 from cortex._executor import Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
-from cortex._sessions import SESSION_COLUMNS, row_to_session, select_session
-from cortex._tables import messages, sessions
+from cortex._sessions import (
+    SESSION_COLUMNS,
+    data_too_large,
+    merge_scope_data,
+    row_to_session,
+    select_session,
+)
+from cortex._tables import messages, pending_inputs, sessions
 from cortex._validate import decode_json, encode_json
 from cortex.errors import Conflict, InvalidInput, NotFound
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
 from cortex.models import (
     MAX_APPEND_BYTES,
     MAX_JSON_BYTES,
+    MAX_PAYLOAD_BYTES,
+    PREVIEW_LENGTH,
     FunctionResponse,
     Message,
     NewMessage,
     RequestedInput,
     Session,
+    SessionState,
     from_database,
+    session_uuid,
 )
 from cortex.scope import Scope
 
@@ -40,8 +51,10 @@ __all__ = [
     "EncodedBatch",
     "SessionHistory",
     "append_messages",
+    "clear_messages",
     "encode_batch",
     "list_messages",
+    "pop_message",
     "recent_messages",
     "row_to_message",
     "select_session_with_messages",
@@ -63,6 +76,7 @@ _MESSAGE_COLUMNS: Final = (
     messages.c.requested_input,
     messages.c.function_response,
     METADATA_TEXT.label("metadata"),
+    sa.cast(messages.c.payload_json, sa.Text()).label("payload"),
     messages.c.created_at,
 )
 
@@ -74,6 +88,7 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
     another table's columns, as in :func:`select_session_with_messages`).
     """
     requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
+    payload = row[prefix + "payload"]
     return from_database(
         Message,
         {
@@ -90,6 +105,7 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
                 None if response is None else FunctionResponse.model_construct(**response)
             ),
             "metadata": decode_json(row[prefix + "metadata"]),
+            "payload": None if payload is None else decode_json(payload),
             "created_at": row[prefix + "created_at"],
         },
     )
@@ -106,6 +122,7 @@ class EncodedBatch:
     requested: list[str | None]
     responses: list[str | None]
     metadata: list[str]
+    payloads: list[str | None]
     size: int
 
 
@@ -130,14 +147,17 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     requested = [_model_json(m.requested_input) for m in batch]
     responses = [_model_json(m.function_response) for m in batch]
     metadata = [encode_json(m.metadata, MAX_JSON_BYTES) for m in batch]
+    payloads = [
+        None if m.payload is None else encode_json(m.payload, MAX_PAYLOAD_BYTES) for m in batch
+    ]
     size = sum(
-        _size(m.content) + _size(m.author) + _size(q) + _size(r) + _size(meta)
-        for m, q, r, meta in zip(batch, requested, responses, metadata, strict=True)
+        _size(m.content) + _size(m.author) + _size(q) + _size(r) + _size(meta) + _size(p)
+        for m, q, r, meta, p in zip(batch, requested, responses, metadata, payloads, strict=True)
     )
     if size > MAX_APPEND_BYTES:
         raise InvalidInput(
-            f"messages: at most {MAX_APPEND_BYTES} bytes in one append"
-            f" (content, author, metadata, requested input and function response), got {size}"
+            f"messages: at most {MAX_APPEND_BYTES} bytes in one append (content, author,"
+            f" metadata, payload, requested input and function response), got {size}"
         )
     chosen = [m.id for m in batch if m.id is not None]
     if len(set(chosen)) != len(chosen):
@@ -149,6 +169,7 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
         requested=requested,
         responses=responses,
         metadata=metadata,
+        payloads=payloads,
         size=size,
     )
 
@@ -158,25 +179,39 @@ def _array(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
 
 
 @cache
-def _bump_statement(depth: int) -> sa.Update:
+def _bump_statement(depth: int, with_data: bool = False, expected: bool = False) -> sa.Update:
     """Raise a visible session's counter by ``batch_size`` and move its preview, under its row lock.
 
     Returns the new ``message_count`` (which numbers the batch) and
-    ``updated_at`` (the messages' ``created_at``).
+    ``updated_at`` (the messages' ``created_at``). ``with_data``: the same
+    UPDATE merges the session's state delta (``data_delta``) into its
+    document, so the state changes in the statement that appends the
+    messages carrying it. ``expected``: it matches only while
+    ``message_count`` equals ``expected_count`` (an optimistic check made
+    under the row lock, so of two writers that read the same count exactly
+    one appends).
     """
     n = sa.bindparam("batch_size", type_=sa.Integer())
+    values: dict[str, Any] = {
+        "message_count": sessions.c.message_count + n,
+        "last_message": sa.bindparam("preview", type_=sa.Text()),
+        # greatest(): appends queue on the row lock, so a later statement
+        # must never move updated_at backwards. statement_timestamp(), not
+        # clock_timestamp(): Citus refuses VOLATILE functions in an UPDATE
+        # of a distributed table.
+        "updated_at": sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
+    }
+    if with_data:
+        values["data"] = sa.func.coalesce(sessions.c.data, sa.text("'{}'::jsonb")).op("||")(
+            sa.cast(sa.bindparam("data_delta", type_=sa.Text()), JSONB())
+        )
+    where = [visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True))]
+    if expected:
+        where.append(sessions.c.message_count == sa.bindparam("expected_count", type_=sa.Integer()))
     return (
         sa.update(sessions)
-        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
-        .values(
-            message_count=sessions.c.message_count + n,
-            last_message=sa.bindparam("preview", type_=sa.Text()),
-            # greatest(): appends queue on the row lock, so a later statement
-            # must never move updated_at backwards. statement_timestamp(), not
-            # clock_timestamp(): Citus refuses VOLATILE functions in an UPDATE
-            # of a distributed table.
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
-        )
+        .where(*where)
+        .values(**values)
         .returning(
             sessions.c.tenant_id, sessions.c.id, sessions.c.message_count, sessions.c.updated_at
         )
@@ -214,6 +249,7 @@ def _insert_rows_statement(count: int) -> sa.Insert:
             "function_response": sa.cast(text(f"m_response_{i}"), JSONB()),
             # The host's JSON text, verbatim (json keeps its input text exactly).
             "metadata_json": sa.cast(text(f"m_metadata_{i}"), JSON()),
+            "payload_json": sa.cast(text(f"m_payload_{i}"), JSON()),
             "created_at": sa.bindparam("m_created_at", type_=sa.DateTime(timezone=True)),
         }
         for i in range(count)
@@ -226,7 +262,7 @@ def _insert_rows_statement(count: int) -> sa.Insert:
 
 
 async def _append_routed(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch
+    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, extra: dict[str, Any]
 ) -> list[Row]:
     """The append as two single-shard router statements: the counter UPDATE, then the rows.
 
@@ -238,9 +274,8 @@ async def _append_routed(
     """
     params = _append_params(scope, session_id, batch)
     bump = {k: params[k] for k in ("target_id", "batch_size", "preview")}
-    bumped = (
-        await conn.execute(_bump_statement(depth_class(scope)), {**scope_params(scope), **bump})
-    ).first()
+    stmt = _bump_statement(depth_class(scope), "data_delta" in extra, "expected_count" in extra)
+    bumped = (await conn.execute(stmt, {**scope_params(scope), **bump, **extra})).first()
     if bumped is None:
         return []
     first = bumped["message_count"] - len(batch.messages) + 1
@@ -258,11 +293,12 @@ async def _append_routed(
         values[f"m_requested_{i}"] = batch.requested[i]
         values[f"m_response_{i}"] = batch.responses[i]
         values[f"m_metadata_{i}"] = batch.metadata[i]
+        values[f"m_payload_{i}"] = batch.payloads[i]
     return (await conn.execute(_insert_rows_statement(len(batch.messages)), values)).all()
 
 
 @cache
-def _append_statement(depth: int) -> sa.Insert:
+def _append_statement(depth: int, with_data: bool = False, expected: bool = False) -> sa.Insert:
     """One statement: raise the counter under the row lock, then insert the rows.
 
     The UPDATE runs first (a data-modifying CTE) and takes the session's row
@@ -277,9 +313,16 @@ def _append_statement(depth: int) -> sa.Insert:
     RETURNING gives back only what the caller lacks (id, seq, created_at):
     echoing each content back doubled the bytes on the wire and the client's
     memory for a large batch.
+
+    ``with_data``: the same UPDATE merges the session's state delta
+    (``data_delta``) into its document, so the state changes in the
+    statement that appends the messages carrying it. ``expected``: the
+    UPDATE matches only while ``message_count`` equals ``expected_count``
+    (an optimistic check made under the row lock, so of two writers that
+    read the same count exactly one appends).
     """
     n = sa.bindparam("batch_size", type_=sa.Integer())
-    touched = _bump_statement(depth).cte("touched")
+    touched = _bump_statement(depth, with_data, expected).cte("touched")
     rows = (
         sa.func.unnest(
             _array("m_ids", UUID(as_uuid=True)),
@@ -289,6 +332,7 @@ def _append_statement(depth: int) -> sa.Insert:
             _array("m_requested", sa.Text()),
             _array("m_responses", sa.Text()),
             _array("m_metadata", sa.Text()),
+            _array("m_payloads", sa.Text()),
         )
         .table_valued(
             sa.column("id", UUID(as_uuid=True)),
@@ -298,6 +342,7 @@ def _append_statement(depth: int) -> sa.Insert:
             sa.column("requested", sa.Text()),
             sa.column("response", sa.Text()),
             sa.column("meta", sa.Text()),
+            sa.column("payload", sa.Text()),
             with_ordinality="ord",
             name="batch",
         )
@@ -315,6 +360,7 @@ def _append_statement(depth: int) -> sa.Insert:
         sa.cast(rows.c.response, JSONB()),
         # The host's JSON text, verbatim (json keeps its input text exactly).
         sa.cast(rows.c.meta, JSON()),
+        sa.cast(rows.c.payload, JSON()),
         touched.c.updated_at,
     ).select_from(touched.join(rows, sa.true()))
     return (
@@ -331,6 +377,7 @@ def _append_statement(depth: int) -> sa.Insert:
                 "requested_input",
                 "function_response",
                 "metadata_json",
+                "payload_json",
                 "created_at",
             ],
             source,
@@ -353,6 +400,7 @@ def _append_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> 
         "m_requested": batch.requested,
         "m_responses": batch.responses,
         "m_metadata": batch.metadata,
+        "m_payloads": batch.payloads,
     }
 
 
@@ -376,6 +424,7 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
             _array("k_requested", sa.Text()),
             _array("k_responses", sa.Text()),
             _array("k_metadata_hashes", BYTEA()),
+            _array("k_payload_hashes", BYTEA()),
         )
         .table_valued(
             sa.column("id", UUID(as_uuid=True)),
@@ -385,6 +434,7 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
             sa.column("requested", sa.Text()),
             sa.column("response", sa.Text()),
             sa.column("meta_hash", BYTEA()),
+            sa.column("payload_hash", BYTEA()),
             name="keyed",
         )
         .render_derived()
@@ -397,6 +447,9 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
         messages.c.requested_input.is_not_distinct_from(sa.cast(keys.c.requested, JSONB())),
         messages.c.function_response.is_not_distinct_from(sa.cast(keys.c.response, JSONB())),
         _sha256(METADATA_TEXT) == keys.c.meta_hash,
+        _sha256(sa.cast(messages.c.payload_json, sa.Text())).is_not_distinct_from(
+            keys.c.payload_hash
+        ),
     )
     return sa.select(
         messages.c.id, messages.c.seq, messages.c.created_at, same.label("same")
@@ -429,6 +482,7 @@ async def _stored_rows(
         "k_requested": [batch.requested[i] for i in picked],
         "k_responses": [batch.responses[i] for i in picked],
         "k_metadata_hashes": [_digest(batch.metadata[i]) for i in picked],
+        "k_payload_hashes": [_digest(batch.payloads[i]) for i in picked],
     }
     return (await conn.execute(_stored_statement(), params)).all()
 
@@ -454,6 +508,7 @@ def _messages_of(
                     "requested_input": m.requested_input,
                     "function_response": m.function_response,
                     "metadata": m.metadata,
+                    "payload": m.payload,
                     "created_at": created_at,
                 },
             )
@@ -468,9 +523,18 @@ async def append_messages(
     session_id: uuid.UUID,
     batch: EncodedBatch,
     *,
+    data_delta: str | None = None,
+    scope_deltas: dict[str, str] | None = None,
+    expected_count: int | None = None,
     distributed: bool = False,
 ) -> list[Message]:
     """Append ``batch`` to a visible session in one statement (two router statements on Citus).
+
+    ``data_delta`` (the session's state delta as stored) is merged by the
+    same statement; ``scope_deltas`` (scope path to delta) right after it,
+    in this transaction (:func:`cortex._sessions.merge_scope_data`). With
+    ``expected_count``, the append happens only if the session still holds
+    that many messages.
 
     Idempotency: when messages carry caller-chosen ids, the ids already
     stored are looked up first. All of them stored, each the same message in
@@ -483,7 +547,10 @@ async def append_messages(
     Raises:
         NotFound: when the session is not visible (nothing is written).
         Conflict: a caller-chosen id is stored already with other content,
-            in another session, or in a batch that was not this one.
+            in another session, or in a batch that was not this one; or the
+            session no longer holds ``expected_count`` messages.
+        InvalidInput: a delta would grow a state document past its limit,
+            or names a scope off the session's path (nothing is written).
     """
     if any(batch.keyed):
         stored = await _stored_rows(conn, scope, session_id, batch)
@@ -497,18 +564,39 @@ async def append_messages(
             return _messages_of(
                 session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in stored}
             )
+    extra: dict[str, Any] = {}
+    if data_delta is not None:
+        extra["data_delta"] = data_delta
+    if expected_count is not None:
+        extra["expected_count"] = expected_count
     try:
         if distributed and len(batch.messages) <= _ROUTED_BATCH:
-            rows = await _append_routed(conn, scope, session_id, batch)
+            rows = await _append_routed(conn, scope, session_id, batch, extra)
         else:
-            stmt = _append_statement(depth_class(scope))
-            rows = (await conn.execute(stmt, _append_params(scope, session_id, batch))).all()
+            stmt = _append_statement(
+                depth_class(scope), data_delta is not None, expected_count is not None
+            )
+            params = {**_append_params(scope, session_id, batch), **extra}
+            rows = (await conn.execute(stmt, params)).all()
+    except asyncpg.CheckViolationError as exc:
+        raise data_too_large(exc) from exc
     except asyncpg.UniqueViolationError as exc:
         if any(batch.keyed):
             raise RetryTransaction from exc  # a concurrent append stored these ids; look again
         raise
     if not rows:
+        if expected_count is not None:
+            # Visible but holding another count: someone appended (or
+            # removed) since the caller read it. select_session raises
+            # NotFound otherwise.
+            current = await select_session(conn, scope, session_id)
+            raise Conflict(
+                f"session {current.id} holds {current.message_count} messages, not"
+                f" {expected_count}: it changed since it was read"
+            )
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+    if scope_deltas:
+        await merge_scope_data(conn, scope, session_id, scope_deltas)
     appended = _messages_of(
         session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in rows}
     )
@@ -520,13 +608,18 @@ async def append_messages(
 
 
 @cache
-def _page_statement(depth: int, *, newest_first: bool) -> sa.Select[*tuple[Any, ...]]:
+def _page_statement(
+    depth: int, *, newest_first: bool, since: bool = False
+) -> sa.Select[*tuple[Any, ...]]:
     """A page of a visible session's messages by position: one scan of its seq index.
 
     Forward (``seq > after_seq``, oldest first) or backward (``seq <
     before_seq``, newest first): either way a walk of ``uq_messages_session_seq
     (tenant_id, session_id, seq)`` that stops after the page, so a page costs
     the same however long the conversation is and however deep the page lies.
+    ``since``: only messages created after the bound ``since``; created_at
+    never decreases along seq (it is the session's updated_at, moved with
+    greatest()), so these are the conversation's tail.
     """
     seq = messages.c.seq
     bound = (
@@ -534,6 +627,11 @@ def _page_statement(depth: int, *, newest_first: bool) -> sa.Select[*tuple[Any, 
         if newest_first
         else seq > sa.bindparam("after_seq", type_=sa.Integer())
     )
+    if since:
+        bound = sa.and_(
+            bound,
+            messages.c.created_at > sa.bindparam("since", type_=sa.DateTime(timezone=True)),
+        )
     return (
         sa.select(*_MESSAGE_COLUMNS)
         .join(
@@ -555,22 +653,29 @@ def _page_statement(depth: int, *, newest_first: bool) -> sa.Select[*tuple[Any, 
 
 
 async def list_messages(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, *, after_seq: int, limit: int
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    *,
+    after_seq: int,
+    limit: int,
+    since: datetime | None = None,
 ) -> list[Message]:
-    """Messages of a visible session with ``seq > after_seq``, by seq.
+    """Messages of a visible session with ``seq > after_seq`` (and created after ``since``), by seq.
 
     Raises:
         NotFound: when the session is not visible.
     """
-    params = {
+    params: dict[str, Any] = {
         **scope_params(scope),
         "target_id": session_id,
         "after_seq": after_seq,
         "limit": limit,
     }
-    rows = (
-        await conn.execute(_page_statement(depth_class(scope), newest_first=False), params)
-    ).all()
+    if since is not None:
+        params["since"] = since
+    stmt = _page_statement(depth_class(scope), newest_first=False, since=since is not None)
+    rows = (await conn.execute(stmt, params)).all()
     if not rows:
         # An empty page and an invisible session look alike; tell them apart.
         await select_session(conn, scope, session_id)
@@ -660,3 +765,154 @@ async def select_session_with_messages(
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
     history = [row_to_message(row, "m_") for row in rows if row["m_id"] is not None]
     return SessionHistory(row_to_session(rows[0]), history)
+
+
+# --- removing messages -------------------------------------------------------------
+
+
+def _own_messages() -> sa.ColumnElement[bool]:
+    return sa.and_(
+        messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        messages.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+    )
+
+
+@cache
+def _pop_statements(depth: int) -> tuple[Any, sa.Update]:
+    """Delete the message at ``seq = count``; recount and re-preview the session."""
+    delete = (
+        sa.delete(messages)
+        .where(_own_messages(), messages.c.seq == sa.bindparam("last_seq", type_=sa.Integer()))
+        .returning(*_MESSAGE_COLUMNS)
+    )
+    previous = (
+        sa.select(sa.func.left(messages.c.content, PREVIEW_LENGTH))
+        .where(_own_messages(), messages.c.seq == sa.bindparam("last_seq", type_=sa.Integer()) - 1)
+        .scalar_subquery()
+    )
+    recount = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .values(
+            message_count=sessions.c.message_count - 1,
+            last_message=sa.func.coalesce(previous, ""),
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
+        )
+    )
+    return delete, recount
+
+
+@cache
+def _clear_statements(depth: int) -> tuple[sa.Delete, sa.Delete, sa.Update]:
+    delete = sa.delete(messages).where(_own_messages())
+    unpend = sa.delete(pending_inputs).where(
+        pending_inputs.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        pending_inputs.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+    )
+    reset = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .values(
+            message_count=0,
+            last_message="",
+            pending_count=0,
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
+        )
+        .returning(*SESSION_COLUMNS)
+    )
+    return delete, unpend, reset
+
+
+@cache
+def _inputs_statement() -> sa.Select[*tuple[Any, ...]]:
+    return (
+        sa.select(*_MESSAGE_COLUMNS)
+        .where(
+            _own_messages(),
+            sa.or_(
+                messages.c.requested_input.is_not(None), messages.c.function_response.is_not(None)
+            ),
+        )
+        .order_by(messages.c.seq)
+    )
+
+
+async def _rebuild_pending(conn: Tx, scope: Scope, session: Session) -> None:
+    """Recompute a session's pending inputs from its questions and answers.
+
+    Only after removing a question or an answer (rare): a popped answer
+    re-opens the question it answered. An aborted session keeps none.
+    """
+    params = {**scope_params(scope), "target_id": session_uuid(session.id)}
+    _, unpend, _ = _clear_statements(depth_class(scope))
+    await conn.execute(unpend, {"scope_tenant": scope.tenant, "target_id": params["target_id"]})
+    await conn.execute(_zero_pending_statement(depth_class(scope)), params)
+    if session.state is SessionState.ABORTED:
+        return
+    rows = (
+        await conn.execute(
+            _inputs_statement(),
+            {"scope_tenant": scope.tenant, "target_id": params["target_id"]},
+        )
+    ).all()
+    await record_inputs(conn, scope, params["target_id"], [row_to_message(r) for r in rows])
+
+
+@cache
+def _zero_pending_statement(depth: int) -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .values(pending_count=0)
+    )
+
+
+async def pop_message(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Message | None:
+    """Remove and return a visible session's last message; None if it has none.
+
+    The session's row lock is taken first, so concurrent pops (and appends)
+    queue: each pop removes a different message, ``message_count`` falls by
+    one with the row, and ``seq`` stays gap-free (only the last is removed).
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    session = await select_session(conn, scope, session_id, for_update=True)
+    if session.message_count == 0:
+        return None
+    params = {
+        **scope_params(scope),
+        "target_id": session_id,
+        "last_seq": session.message_count,
+    }
+    delete, recount = _pop_statements(depth_class(scope))
+    row = (
+        await conn.execute(
+            delete,
+            {"scope_tenant": scope.tenant, "target_id": session_id, "last_seq": params["last_seq"]},
+        )
+    ).first()
+    if row is None:  # count and rows always agree; refuse to guess if they do not
+        raise Conflict(f"session {session.id} has no message at seq {session.message_count}")
+    await conn.execute(recount, params)
+    popped = row_to_message(row)
+    if popped.requested_input is not None or popped.function_response is not None:
+        await _rebuild_pending(conn, scope, session)
+    return popped
+
+
+async def clear_messages(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
+    """Remove every message of a visible session, in one transaction with its counters.
+
+    Its pending inputs go with the questions; state documents stay.
+
+    Raises:
+        NotFound: when the session is not visible.
+    """
+    await select_session(conn, scope, session_id, for_update=True)
+    delete, unpend, reset = _clear_statements(depth_class(scope))
+    own = {"scope_tenant": scope.tenant, "target_id": session_id}
+    await conn.execute(delete, own)
+    await conn.execute(unpend, own)
+    row = (await conn.execute(reset, {**scope_params(scope), "target_id": session_id})).one()
+    return row_to_session(row)

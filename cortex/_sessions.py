@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._db import RetryTransaction
@@ -31,22 +31,28 @@ from cortex._filters import (
     session_predicate,
     visible,
 )
-from cortex._tables import session_markers, sessions
+from cortex._tables import scope_data, session_markers, sessions
 from cortex._validate import decode_json
-from cortex.errors import Conflict, NotFound, constraint_of
+from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
-from cortex.models import ListFilter, Session, SessionState, from_database
+from cortex.models import MAX_DATA_BYTES, ListFilter, Session, SessionState, from_database
 from cortex.scope import Scope
 
 __all__ = [
     "SESSION_COLUMNS",
     "count_sessions",
+    "data_too_large",
+    "decode_data",
     "delete_session",
     "insert_session",
     "lock_session_id",
+    "merge_scope_data",
     "resolve_default",
+    "resolve_key",
     "row_to_session",
+    "select_by_key",
     "select_page",
+    "select_scope_data",
     "select_session",
     "set_default",
     "update_session",
@@ -56,6 +62,25 @@ __all__ = [
 # else the jsonb of a row last written before it. Decoded by row_to_session.
 METADATA_TEXT: Final = sa.func.coalesce(
     sa.cast(sessions.c.metadata_json, sa.Text()), sa.cast(sessions.c.metadata, sa.Text())
+)
+
+# The session's state as read: the documents of the scopes on its path, outer
+# first (ordered by path length, and jsonb_object_agg keeps a key's last
+# value), then its own document over them. One index probe per ancestor on
+# scope_data's primary key; the ancestors are computed from the row's path.
+# The tenant is the bound parameter every statement carries (``scope_tenant``),
+# not the row's column: Citus routes the subquery to the tenant's shard by it,
+# and plans it for every shard without.
+MERGED_DATA: Final = sa.type_coerce(
+    sa.text(
+        "(coalesce((SELECT jsonb_object_agg(e.key, e.value ORDER BY length(sd.scope))"
+        " FROM scope_data AS sd CROSS JOIN LATERAL jsonb_each(sd.data) AS e"
+        " WHERE sd.tenant_id = :scope_tenant AND sd.scope = ANY (ARRAY("
+        "SELECT array_to_string((string_to_array(sessions.scope, '/'))[1\\:i], '/')"
+        " FROM generate_series(1, sessions.scope_depth) AS i))), '{}'::jsonb)"
+        " || coalesce(sessions.data, '{}'::jsonb))::text"
+    ).bindparams(sa.bindparam("scope_tenant", type_=sa.Text())),
+    sa.Text(),
 )
 
 # What a Session is read from; tenant_id, scope_depth and scope_l2 are derived
@@ -74,9 +99,16 @@ SESSION_COLUMNS: Final = (
     sessions.c.updated_at,
     sessions.c.state,
     sessions.c.pending_count,
+    sessions.c.session_key,
+    MERGED_DATA.label("data"),
 )
 
+# For INSERT ... RETURNING on Citus, which refuses a subquery there: the
+# session's own document only; the caller then reads the session back.
+INSERTED_COLUMNS: Final = (sessions.c.id,)
+
 _UQ_DEFAULT: Final = "uq_sessions_default"
+_UQ_KEY: Final = "uq_sessions_key"
 
 
 def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) -> bool:
@@ -112,8 +144,23 @@ def row_to_session(row: Row) -> Session:
             "updated_at": row["updated_at"],
             "state": SessionState(row["state"]),
             "pending_count": row["pending_count"],
+            "key": row["session_key"],
+            "data": decode_data(row["data"]),
         },
     )
+
+
+def data_too_large(exc: asyncpg.CheckViolationError) -> InvalidInput:
+    """The refusal for a state document the delta would grow past MAX_DATA_BYTES."""
+    return InvalidInput(
+        f"data: a state document may hold at most {MAX_DATA_BYTES} bytes as stored"
+        f" ({constraint_of(exc)})"
+    )
+
+
+def decode_data(text: str) -> dict[str, Any]:
+    """A stored state document: each value is the JSON text of the host's value."""
+    return {key: decode_json(value) for key, value in decode_json(text).items()}
 
 
 def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:
@@ -149,24 +196,27 @@ def _scope_values() -> dict[str, Any]:
 
 
 @cache
-def _insert_statement(caller_chosen_id: bool) -> sa.Insert:
+def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.Insert:
     values: dict[str, Any] = {
         "id": _id_param(),
         "agent_id": sa.bindparam("new_agent_id", type_=sa.Text()),
         "title": sa.bindparam("new_title", type_=sa.Text()),
         "metadata_json": verbatim_json_param("new_metadata"),
         "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
+        "session_key": sa.bindparam("new_key", type_=sa.Text()),
+        "data": sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB()),
         **_scope_values(),
     }
     if not caller_chosen_id:
         # A generated id is a fresh UUIDv7 no marker can name: a plain
         # INSERT ... VALUES, which Citus routes straight to the tenant's shard.
-        return sa.insert(sessions).values(**values).returning(*SESSION_COLUMNS)
+        return sa.insert(sessions).values(**values).returning(*_returned(distributed))
     # A marker parked by mark_interrupted before this session existed shows
     # now, if it was set in this exact scope. INSERT ... SELECT, not a
     # subquery inside VALUES: Citus refuses those (docs/citus.md).
     values["is_interrupted"] = sa.exists().where(
-        session_markers.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
+        # scope_tenant, the one tenant parameter (the merged state reads by it too).
+        session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         session_markers.c.session_id == _id_param(),
         session_markers.c.kind == "interrupted",
         session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
@@ -174,7 +224,7 @@ def _insert_statement(caller_chosen_id: bool) -> sa.Insert:
     return (
         sa.insert(sessions)
         .from_select(list(values), sa.select(*(v.label(k) for k, v in values.items())))
-        .returning(*SESSION_COLUMNS)
+        .returning(*_returned(distributed))
     )
 
 
@@ -193,9 +243,13 @@ def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
         sessions.c.title == sa.bindparam("new_title", type_=sa.Text()),
         sa.bindparam("new_metadata", type_=sa.Text()) == METADATA_TEXT,
         sessions.c.is_default == sa.bindparam("new_is_default", type_=sa.Boolean()),
+        sessions.c.session_key.is_not_distinct_from(sa.bindparam("new_key", type_=sa.Text())),
+        sessions.c.data.is_not_distinct_from(
+            sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())
+        ),
     )
     return sa.select(*SESSION_COLUMNS, same.label("same")).where(
-        sessions.c.tenant_id == sa.bindparam("new_tenant_id", type_=sa.Text()),
+        sessions.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         sessions.c.id == _id_param(),
     )
 
@@ -259,8 +313,13 @@ def _count_statement(shape: FilterShape) -> sa.Select[int]:
     return sa.select(sa.func.count()).select_from(sessions).where(session_predicate(shape))
 
 
+def _returned(distributed: bool) -> tuple[Any, ...]:
+    """What an INSERT returns: the whole session, or (on Citus) its id to read it back by."""
+    return INSERTED_COLUMNS if distributed else SESSION_COLUMNS
+
+
 @cache
-def _resolve_insert_statement() -> sa.Insert:
+def _resolve_insert_statement(distributed: bool = False) -> sa.Insert:
     return (
         pg_insert(sessions)
         .values(
@@ -273,7 +332,7 @@ def _resolve_insert_statement() -> sa.Insert:
             index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
             index_where=sessions.c.is_default,
         )
-        .returning(*SESSION_COLUMNS)
+        .returning(*_returned(distributed))
     )
 
 
@@ -300,8 +359,18 @@ async def insert_session(
     metadata_json: str,
     is_default: bool,
     caller_chosen_id: bool = False,
+    key: str | None = None,
+    data_json: str | None = None,
+    distributed: bool = False,
 ) -> Session:
     """Insert a session at exactly ``scope``.
+
+    ``distributed`` (Citus): the INSERT returns the id only, and the session
+    is read back by a second statement: Citus refuses the merged-state
+    subquery of :data:`SESSION_COLUMNS` inside an INSERT.
+
+    ``key``: the host's key for it, unique per (agent, exact scope);
+    ``data_json``: its state document as stored (see cortex.models.encode_data).
 
     A caller-chosen id may carry an interrupt marker parked before the
     session exists: the id's advisory lock (:func:`lock_session_id`) is taken
@@ -328,27 +397,48 @@ async def insert_session(
         "new_title": title,
         "new_metadata": metadata_json,
         "new_is_default": is_default,
+        "new_key": key,
+        "new_data": data_json,
+        # The tenant the merged-state subquery of SESSION_COLUMNS reads by.
+        "scope_tenant": scope.tenant,
         **scope_columns(scope),
     }
     taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
     if caller_chosen_id:
         await lock_session_id(conn, scope, session_id)
-        lookup = {k: v for k, v in params.items() if k not in ("new_scope_depth", "new_scope_l2")}
+        lookup = {
+            k: v
+            for k, v in params.items()
+            if k not in ("new_tenant_id", "new_scope_depth", "new_scope_l2")
+        }
         existing = (await conn.execute(_taken_statement(), lookup)).first()
         if existing is not None:
             if existing["same"]:
                 return row_to_session(existing)
             raise Conflict(taken)
     try:
-        row = (await conn.execute(_insert_statement(caller_chosen_id), params)).one()
+        stmt = _insert_statement(caller_chosen_id, distributed)
+        row = (await conn.execute(stmt, params)).one()
+    except asyncpg.CheckViolationError as exc:
+        raise data_too_large(exc) from exc
     except asyncpg.UniqueViolationError as exc:
         if _default_clash(exc, wrote_default=is_default):
             raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
+        name = constraint_of(exc)
+        # A Citus coordinator may relay the error without its constraint: the
+        # id was checked free under its lock (or is a fresh UUIDv7), and a
+        # default clash was decided above, so with a key it is the key's.
+        if name == _UQ_KEY or (name is None and key is not None):
+            raise Conflict(
+                f"agent {agent_id!r} already has a session keyed {key!r} in {scope}"
+            ) from exc
         if caller_chosen_id:
             # A concurrent create of this id committed while we inserted:
             # run again, and the check above tells a retry from a clash.
             raise RetryTransaction from exc
         raise Conflict(taken) from exc
+    if distributed:
+        return await select_session(conn, scope, session_id)
     return row_to_session(row)
 
 
@@ -438,7 +528,9 @@ async def count_sessions(
     return int((await conn.execute(stmt, filter_params(scope, flt))).scalar_one())
 
 
-async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
+async def resolve_default(
+    conn: Tx, scope: Scope, agent_id: str, *, distributed: bool = False
+) -> Session:
     """The default session of (agent, exact scope), created if absent.
 
     Concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` against the partial
@@ -454,8 +546,8 @@ async def resolve_default(conn: Tx, scope: Scope, agent_id: str) -> Session:
         **scope_columns(scope),
         **scope_params(scope),
     }
-    row = (await conn.execute(_resolve_insert_statement(), params)).first()
-    if row is None:
+    row = (await conn.execute(_resolve_insert_statement(distributed), params)).first()
+    if row is None or distributed:  # on Citus the INSERT returned the id only
         lookup = {**scope_params(scope), "new_agent_id": agent_id}
         row = (await conn.execute(_default_statement(), lookup)).first()
     if row is None:
@@ -536,3 +628,167 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
             raise RetryTransaction from exc
         raise
     return row_to_session(row)
+
+
+# --- host-chosen keys -----------------------------------------------------------
+
+
+@cache
+def _resolve_key_statement(distributed: bool = False) -> sa.Insert:
+    return (
+        pg_insert(sessions)
+        .values(
+            id=_id_param(),
+            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
+            session_key=sa.bindparam("new_key", type_=sa.Text()),
+            **_scope_values(),
+        )
+        .on_conflict_do_nothing(
+            index_elements=[
+                sessions.c.tenant_id,
+                sessions.c.agent_id,
+                sessions.c.scope,
+                sessions.c.session_key,
+            ],
+            index_where=sessions.c.session_key.is_not(None),
+        )
+        .returning(*_returned(distributed))
+    )
+
+
+@cache
+def _by_key_statement() -> sa.Select[*tuple[Any, ...]]:
+    return sa.select(*SESSION_COLUMNS).where(
+        exact_clause(),
+        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
+        sessions.c.session_key == sa.bindparam("new_key", type_=sa.Text()),
+    )
+
+
+async def select_by_key(conn: Tx, scope: Scope, agent_id: str, key: str) -> Session | None:
+    """The session of ``agent_id`` keyed ``key`` at exactly ``scope``, if there is one."""
+    params = {**scope_params(scope), "new_agent_id": agent_id, "new_key": key}
+    row = (await conn.execute(_by_key_statement(), params)).first()
+    return None if row is None else row_to_session(row)
+
+
+async def resolve_key(
+    conn: Tx, scope: Scope, agent_id: str, key: str, *, distributed: bool = False
+) -> Session:
+    """The session of ``agent_id`` keyed ``key`` at exactly ``scope``, created if absent.
+
+    Concurrency: as :func:`resolve_default`, ``INSERT ... ON CONFLICT DO
+    NOTHING`` against ``uq_sessions_key``, then a separate SELECT, whose new
+    snapshot (READ COMMITTED) sees the row a concurrent first write
+    committed while our INSERT waited on it. Concurrent first writes under
+    one key therefore all get the same session. If that session was deleted
+    in between, the transaction runs again.
+    """
+    params = {
+        "target_id": new_uuid(),
+        "new_agent_id": agent_id,
+        "new_key": key,
+        "scope_tenant": scope.tenant,
+        **scope_columns(scope),
+    }
+    row = (await conn.execute(_resolve_key_statement(distributed), params)).first()
+    if row is not None and not distributed:  # on Citus the INSERT returned the id only
+        return row_to_session(row)
+    found = await select_by_key(conn, scope, agent_id, key)
+    if found is None:
+        raise RetryTransaction
+    return found
+
+
+# --- scope state --------------------------------------------------------------
+
+
+@cache
+def _scope_data_statement() -> sa.Insert:
+    """Merge each delta into its scope's document, if the scope is on the session's path.
+
+    The session row supplies the path: a delta for a scope that is neither
+    the session's nor an ancestor of it (or for a session not visible, which
+    the WHERE on ``sessions`` excludes by tenant and id) inserts nothing, and
+    the caller compares the count. ON CONFLICT takes the scope row's lock,
+    so concurrent deltas to one scope apply one after the other, each on the
+    other's result.
+    """
+    deltas = (
+        sa.func.unnest(
+            sa.bindparam("d_scopes", type_=ARRAY(sa.Text())),
+            sa.bindparam("d_data", type_=ARRAY(sa.Text())),
+        )
+        .table_valued(sa.column("scope", sa.Text()), sa.column("data", sa.Text()), name="delta")
+        .render_derived()
+    )
+    on_path = sa.or_(
+        sessions.c.scope == deltas.c.scope,
+        sa.func.starts_with(sessions.c.scope, deltas.c.scope + "/"),
+    )
+    source = sa.select(
+        sessions.c.tenant_id,
+        deltas.c.scope,
+        sa.cast(deltas.c.data, JSONB()),
+        sa.func.statement_timestamp(),
+    ).where(
+        sessions.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        sessions.c.id == _id_param(),
+        on_path,
+    )
+    stmt = pg_insert(scope_data).from_select(["tenant_id", "scope", "data", "updated_at"], source)
+    return stmt.on_conflict_do_update(
+        index_elements=[scope_data.c.tenant_id, scope_data.c.scope],
+        set_={
+            "data": scope_data.c.data.op("||")(stmt.excluded.data),
+            # The excluded row's time, not a function call: Citus allows only
+            # IMMUTABLE functions in DO UPDATE SET on a distributed table.
+            "updated_at": sa.func.greatest(scope_data.c.updated_at, stmt.excluded.updated_at),
+        },
+    ).returning(scope_data.c.scope)
+
+
+async def merge_scope_data(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, deltas: dict[str, str]
+) -> None:
+    """Merge state deltas (scope path to stored delta text) into the scopes' documents.
+
+    Runs after the statement that locked or created the session, in its
+    transaction; scopes are written in path order, so two transactions
+    touching the same scopes take their row locks in the same order.
+
+    Raises:
+        InvalidInput: a scope is not the session's or one of its ancestors
+            (the transaction is rolled back: nothing is written).
+    """
+    paths = sorted(deltas)
+    params = {
+        "scope_tenant": scope.tenant,
+        "target_id": session_id,
+        "d_scopes": paths,
+        "d_data": [deltas[p] for p in paths],
+    }
+    try:
+        written = (await conn.execute(_scope_data_statement(), params)).all()
+    except asyncpg.CheckViolationError as exc:
+        raise data_too_large(exc) from exc
+    if len(written) != len(paths):
+        missed = sorted(set(paths) - {row["scope"] for row in written})
+        raise InvalidInput(
+            f"scope_data: {', '.join(missed)} is not the session's scope or an ancestor of it"
+        )
+
+
+@cache
+def _get_scope_data_statement() -> sa.Select[*tuple[Any, ...]]:
+    return sa.select(sa.cast(scope_data.c.data, sa.Text()).label("data")).where(
+        scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        scope_data.c.scope == sa.bindparam("target_scope", type_=sa.Text()),
+    )
+
+
+async def select_scope_data(conn: Tx, scope: Scope, target: Scope) -> dict[str, Any]:
+    """The state document stored at exactly ``target`` ({} if none)."""
+    params = {"scope_tenant": scope.tenant, "target_scope": str(target)}
+    row = (await conn.execute(_get_scope_data_statement(), params)).first()
+    return {} if row is None else decode_data(row["data"])

@@ -22,6 +22,7 @@ __all__ = [
     "metadata",
     "pending_inputs",
     "schema_compat",
+    "scope_data",
     "session_markers",
     "sessions",
 ]
@@ -99,6 +100,15 @@ sessions = sa.Table(
     # insert, from a parked marker), cleared by clear_interrupted.
     sa.Column("is_interrupted", sa.Boolean(), nullable=False, server_default=sa.false()),
     # cortex-owned, derived by PostgreSQL: aborted > paused > interrupted > idle.
+    # host-owned: the key the host names the session by (an agent framework's
+    # session id), trimmed; unique per (tenant, agent, exact scope) by
+    # uq_sessions_key; written once, at creation. NULL: the session has none.
+    sa.Column("session_key", sa.Text(collation=_C), nullable=True),
+    # host-owned: the session's state document, a jsonb object mapping each key
+    # to the JSON text of the host's value (so values come back verbatim and a
+    # delta merges key by key with ||). Written at creation and by the append
+    # that carries a delta, under the session's row lock. NULL means {}.
+    sa.Column("data", JSONB(), nullable=True),
     sa.Column(
         "state",
         sa.Text(),
@@ -115,6 +125,8 @@ sessions = sa.Table(
     sa.CheckConstraint("message_count >= 0", name="message_count"),
     # The tenant is the scope's first segment, always; RLS and the keys rely on it.
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+    # cortex.models.MAX_DATA_BYTES, measured as stored.
+    sa.CheckConstraint("octet_length(data::text) <= 1048576", name="data_size"),
 )
 
 # Listing indexes. Every listing orders by (updated_at DESC, id DESC) and each
@@ -157,6 +169,16 @@ sa.Index(
     sessions.c.scope,
     unique=True,
     postgresql_where=sessions.c.is_default,
+)
+# A host-chosen key names one session per (agent, exact scope).
+sa.Index(
+    "uq_sessions_key",
+    sessions.c.tenant_id,
+    sessions.c.agent_id,
+    sessions.c.scope,
+    sessions.c.session_key,
+    unique=True,
+    postgresql_where=sessions.c.session_key.is_not(None),
 )
 # Operators' views: the few non-idle sessions, newest first, per tenant and state.
 sa.Index(
@@ -213,6 +235,10 @@ messages = sa.Table(
     # host-owned: the JSON object's text exactly as cortex serialised it;
     # written once, by the append. NULL on rows written before 20261201000009.
     sa.Column("metadata_json", JSON(), nullable=True),
+    # host-owned: the message's structured payload (an agent framework's event
+    # or item), the JSON text exactly as cortex serialised it; written once,
+    # by the append. NULL: the message has none.
+    sa.Column("payload_json", JSON(), nullable=True),
     # cortex-owned: the append's timestamp (equal to the session's new updated_at).
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     # legacy-owned: the pre-sessions conversation key. Set only on rows written
@@ -307,4 +333,26 @@ schema_compat = sa.Table(
     sa.Column("oldest_code_revision", sa.Text(), nullable=False),
     sa.PrimaryKeyConstraint("singleton"),
     sa.CheckConstraint("singleton", name="singleton"),
+)
+
+scope_data = sa.Table(
+    "scope_data",
+    metadata,
+    # cortex-owned: the first segment of scope; leads the key (RLS, Citus).
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    # host-chosen: the scope whose sessions all see this document.
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    # host-owned: the scope's state document, shaped like sessions.data; merged
+    # into every session beneath the scope when it is read (outer scope first,
+    # inner overrides, the session's own last). Written by the create or the
+    # append that carries a delta for it, with INSERT ... ON CONFLICT, whose
+    # row lock serialises concurrent deltas.
+    sa.Column("data", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    # cortex-owned: moves with every delta.
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.PrimaryKeyConstraint("tenant_id", "scope"),
+    sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+    sa.CheckConstraint("octet_length(data::text) <= 1048576", name="data_size"),
 )

@@ -166,7 +166,13 @@ def distribute(table: str) -> None:
 
 
 # Every cortex table, the co-location anchor first (a table joins its group).
-_DISTRIBUTED_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers")
+_DISTRIBUTED_TABLES: Final = (
+    "sessions",
+    "messages",
+    "pending_inputs",
+    "session_markers",
+    "scope_data",
+)
 
 
 def distribute_all_sql() -> list[str]:
@@ -364,6 +370,7 @@ _GRANTS: Final = (
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE messages"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE pending_inputs"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE session_markers"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE scope_data"),
     # connect() reads the schema revision and which code it serves.
     ("SELECT", "TABLE alembic_version"),
     ("SELECT", "TABLE cortex_schema_compat"),

@@ -37,8 +37,11 @@ __all__ = [
     "MAX_APPEND_BATCH",
     "MAX_APPEND_BYTES",
     "MAX_CONTENT_BYTES",
+    "MAX_DATA_BYTES",
     "MAX_JSON_BYTES",
+    "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
+    "MAX_PAYLOAD_BYTES",
     "MAX_SEARCH_LENGTH",
     "MAX_TITLE_LENGTH",
     "PREVIEW_LENGTH",
@@ -61,6 +64,19 @@ MAX_JSON_BYTES: Final = 64 * 1024
 """UTF-8 bytes of compact JSON in metadata, a payload, a schema or a response."""
 MAX_CONTENT_BYTES: Final = 1024 * 1024
 """UTF-8 bytes of one message's content."""
+MAX_PAYLOAD_BYTES: Final = 16 * 1024 * 1024
+"""UTF-8 bytes of compact JSON in one message's payload (an agent framework's
+event or item). Events carry inline files and long tool results, so far more
+than metadata's 64 KiB; 16 MiB keeps four of the largest in one append under
+MAX_APPEND_BYTES (which payloads count towards)."""
+MAX_DATA_BYTES: Final = 1024 * 1024
+"""Bytes of one state document (a session's or a scope's) as stored: each
+value's JSON text, quoted, in a jsonb object. A delta is bounded the same; a
+delta that would grow a document past it is refused and nothing is written."""
+MAX_KEY_LENGTH: Final = 512
+"""Characters in a session key (after trimming)."""
+MAX_SCOPE_DATA: Final = 8
+"""Scopes one call may write state to (a scope has at most 8 segments)."""
 MAX_SEARCH_LENGTH: Final = 200
 """Characters in a ListFilter search term."""
 MAX_LIST_LIMIT: Final = 1_000
@@ -143,6 +159,55 @@ def _json(value: Any) -> Any:
     return value
 
 
+def _payload(value: Any) -> Any:
+    encode_json(value, MAX_PAYLOAD_BYTES)
+    return value
+
+
+def _session_key(value: str) -> str:
+    key = value.strip()
+    if not key:
+        raise ValueError("1 or more characters besides whitespace")
+    return _limited_text(MAX_KEY_LENGTH)(key)
+
+
+def encode_data(value: dict[str, Any]) -> dict[str, str]:
+    """A state document or delta as stored: each key to the compact JSON text of its value.
+
+    Raises:
+        ValueError: a value is not JSON, a key is empty or holds NUL, or the
+            document is more than MAX_DATA_BYTES as stored.
+    """
+    out: dict[str, str] = {}
+    size = 2
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or "\x00" in key:
+            raise ValueError("keys are non-empty strings without NUL characters")
+        text = encode_json(item, MAX_DATA_BYTES)
+        out[key] = text
+        # jsonb's text form: "key": "text", with the text's quotes escaped.
+        size += len(encode_json({key: text}, MAX_DATA_BYTES * 2).encode()) + 1
+    if size > MAX_DATA_BYTES:
+        raise ValueError(f"at most {MAX_DATA_BYTES} bytes as stored, got {size}")
+    return out
+
+
+def _data(value: dict[str, Any]) -> dict[str, Any]:
+    encode_data(value)
+    return value
+
+
+def _scope_data(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if len(value) > MAX_SCOPE_DATA:
+        raise ValueError(f"at most {MAX_SCOPE_DATA} scopes, got {len(value)}")
+    for path in value:
+        try:
+            Scope.parse(path)
+        except InvalidInput as exc:
+            raise ValueError(f"{path!r}: {exc}") from None
+    return value
+
+
 @lru_cache(maxsize=4096)
 def session_uuid(value: str) -> uuid.UUID:
     """The uuid behind a ``ses_…`` id, parsed once for the validator and the store body.
@@ -188,6 +253,14 @@ MessageId = Annotated[str, Strict(), AfterValidator(_message_id)]
 """A ``msg_…`` TypeID."""
 Metadata = Annotated[dict[str, Any], Strict(), AfterValidator(_json)]
 """A JSON object of at most 64 KiB, string keys at every depth, stored verbatim."""
+Payload = Annotated[Any, AfterValidator(_payload)]
+"""Any JSON value of at most 16 MiB: a message's structured payload, stored verbatim."""
+SessionKey = Annotated[str, Strict(), AfterValidator(_session_key)]
+"""A host-chosen session key: trimmed, then 1-512 characters, no NUL."""
+Data = Annotated[dict[str, Any], Strict(), AfterValidator(_data)]
+"""A state document or delta: top-level keys, each value any JSON, at most 1 MiB as stored."""
+ScopeData = Annotated[dict[str, Data], Strict(), AfterValidator(_scope_data)]
+"""State deltas by scope path (``"acme/app"``), at most 8 scopes."""
 JsonValue = Annotated[Any, AfterValidator(_json)]
 """Any JSON value of at most 64 KiB (a payload, a response)."""
 Flag = Annotated[bool, Strict()]
@@ -343,6 +416,14 @@ class Session(_Model):
     state: SessionState = SessionState.IDLE
     # cortex-owned: requested inputs no later message has answered.
     pending_count: int = 0
+    # host-owned: the key the host names this session by (trimmed), unique per
+    # (agent, exact scope); fixed at creation. None: the session has no key.
+    key: str | None = None
+    # host-owned: the session's state merged with its scopes' state documents,
+    # outer scope first, inner scopes override, the session's own document
+    # last. Written by create_session and by the appends that carry a delta;
+    # update_session ignores it.
+    data: dict[str, Any] = Field(default_factory=dict)
     # cortex-owned: tz-aware UTC.
     created_at: datetime
     # cortex-owned: moves on update_session and on every append.
@@ -420,6 +501,9 @@ class NewMessage(_Model):
     function_response: FunctionResponse | None = None
     metadata: Metadata = Field(default_factory=dict)
     id: MessageId | None = None
+    # A structured payload (an agent framework's event or item), stored and
+    # returned verbatim; role and content stay what listing and search read.
+    payload: Payload = None
 
     if TYPE_CHECKING:
 
@@ -457,6 +541,8 @@ class Message(_Model):
     requested_input: RequestedInput | None = None
     function_response: FunctionResponse | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # host-owned: the structured payload as appended (None if there was none).
+    payload: Any = None
     created_at: datetime
 
 

@@ -16,10 +16,11 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,10 +36,12 @@ from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
+    MAX_DATA_BYTES,
     MAX_JSON_BYTES,
     AgentId,
     Author,
     BeforeSeq,
+    Data,
     Flag,
     FunctionResponse,
     InterruptId,
@@ -49,14 +52,39 @@ from cortex.models import (
     Metadata,
     NewMessage,
     Reason,
+    ScopeData,
     Seq,
     Session,
     SessionDetail,
     SessionId,
+    SessionKey,
     Title,
+    encode_data,
     session_uuid,
 )
 from cortex.scope import Scope, current_scope
+
+Since = Annotated[datetime | None, Strict()]
+
+
+def _data_json(data: dict[str, Any] | None) -> str | None:
+    """A state document or delta as stored; None when there is nothing in it."""
+    if not data:
+        return None
+    return encode_json(encode_data(data), 2 * MAX_DATA_BYTES)
+
+
+def _scope_deltas(scope_data: dict[str, dict[str, Any]] | None) -> dict[str, str] | None:
+    """Scope deltas as stored, by canonical path; None when there are none."""
+    if not scope_data:
+        return None
+    out = {}
+    for path, delta in scope_data.items():
+        text = _data_json(delta)
+        if text is not None:
+            out[str(Scope.parse(path))] = text
+    return out or None
+
 
 __all__ = ["Store", "connect"]
 
@@ -173,6 +201,9 @@ class Store:
         metadata: Metadata | None = None,
         is_default: Flag = False,
         session_id: SessionId | None = None,
+        key: SessionKey | None = None,
+        data: Data | None = None,
+        scope_data: ScopeData | None = None,
     ) -> Session:
         """Create a session at exactly the current scope.
 
@@ -183,20 +214,33 @@ class Store:
             is_default: make it the default of (agent, scope); refused if one exists.
             session_id: a caller-chosen ``ses_…`` id. Retrying a create whose
                 reply was lost is safe: if the id holds the session this call
-                would create (same agent, exact scope, title, metadata and
-                default flag), that session is returned.
+                would create (same agent, exact scope, title, metadata, key,
+                state and default flag), that session is returned.
+            key: the host's own name for the session (an agent framework's
+                session id): any string, trimmed, 1-512 characters, no NUL;
+                unique per (agent, exact scope). Find it again with
+                :meth:`get_session_by_key` or :meth:`resolve_session`.
+            data: the session's initial state document (top-level keys, any
+                JSON values, at most 1 MiB as stored).
+            scope_data: state deltas for the current scope or its ancestors
+                (scope path to delta), merged into those scopes' documents
+                in this transaction; every session beneath such a scope
+                sees them.
 
         Raises:
-            InvalidInput: a limit is broken; nothing is written.
+            InvalidInput: a limit is broken, or a scope in ``scope_data`` is
+                not the current scope or an ancestor of it; nothing is written.
             Conflict: the id is taken in this tenant by another session (the
-                error says only that), or a default already exists.
+                error says only that), a default already exists, or (agent,
+                scope) has a session with this key already.
         """
         scope = current_scope()
         metadata_json = encode_json(metadata or {}, MAX_JSON_BYTES)
         sid = new_uuid() if session_id is None else _sid(session_id)
-        return await self._run(
-            scope,
-            lambda conn: _sessions.insert_session(
+        data_json, deltas = _data_json(data), _scope_deltas(scope_data)
+
+        async def body(conn: Tx) -> Session:
+            session = await _sessions.insert_session(
                 conn,
                 scope,
                 session_id=sid,
@@ -205,8 +249,52 @@ class Store:
                 metadata_json=metadata_json,
                 is_default=is_default,
                 caller_chosen_id=session_id is not None,
-            ),
-        )
+                key=key,
+                data_json=data_json,
+                distributed=self._distributed,
+            )
+            if deltas is None:
+                return session
+            await _sessions.merge_scope_data(conn, scope, sid, deltas)
+            # Read again: the merged view now includes the scopes' documents.
+            return await _sessions.select_session(conn, scope, sid)
+
+        return await self._run(scope, body)
+
+    @boundary
+    async def get_session_by_key(self, agent_id: AgentId, key: SessionKey) -> Session:
+        """The session of ``agent_id`` keyed ``key`` (trimmed) at exactly the current scope.
+
+        Raises:
+            NotFound: no such session at this scope.
+            InvalidInput: a malformed agent id or key.
+        """
+        scope = current_scope()
+
+        async def body(conn: Tx) -> Session:
+            session = await _sessions.select_by_key(conn, scope, agent_id, key)
+            if session is None:
+                raise NotFound(f"no session of agent {agent_id!r} keyed {key!r} in {scope}")
+            return session
+
+        return await self._run(scope, body)
+
+    @boundary
+    async def get_scope_data(self, scope: str | None = None) -> dict[str, Any]:
+        """The state document stored at exactly ``scope`` (default: the current scope).
+
+        ``scope`` must be in the current scope's line: the current scope, one
+        of its ancestors (whose state every session here sees) or a scope
+        beneath it. A scope with no document reads as ``{}``.
+
+        Raises:
+            InvalidInput: ``scope`` is malformed or outside that line.
+        """
+        bound = current_scope()
+        target = bound if scope is None else Scope.parse(scope)
+        if not (target.contains(bound) or bound.contains(target)):
+            raise InvalidInput(f"scope: {target} is neither above nor beneath {bound}")
+        return await self._run(bound, lambda conn: _sessions.select_scope_data(conn, bound, target))
 
     @boundary
     async def get_session(self, session_id: SessionId) -> Session:
@@ -336,21 +424,40 @@ class Store:
 
     @boundary
     async def resolve_session(
-        self, agent_id: AgentId, session_id: SessionId | None = None
+        self,
+        agent_id: AgentId,
+        session_id: SessionId | None = None,
+        *,
+        key: SessionKey | None = None,
     ) -> Session:
         """The session a run of ``agent_id`` uses.
 
         With ``session_id``: that session, which must be visible and belong to
-        ``agent_id``. Without: the default session of (agent, current exact
-        scope), created if absent; concurrent callers all get the same one.
+        ``agent_id``. With ``key``: the session of (agent, current exact
+        scope) with that key, created if absent. With neither: the default
+        session of (agent, current exact scope), created if absent. Concurrent
+        callers resolving one key (or the default) all get the same session.
 
         Raises:
             NotFound: the named session is not visible or belongs to another agent.
+            InvalidInput: both ``session_id`` and ``key`` are given.
         """
         scope = current_scope()
+        if key is not None:
+            if session_id is not None:
+                raise InvalidInput("key: give a session id or a key, not both")
+            return await self._run(
+                scope,
+                lambda conn: _sessions.resolve_key(
+                    conn, scope, agent_id, key, distributed=self._distributed
+                ),
+            )
         if session_id is None:
             return await self._run(
-                scope, lambda conn: _sessions.resolve_default(conn, scope, agent_id)
+                scope,
+                lambda conn: _sessions.resolve_default(
+                    conn, scope, agent_id, distributed=self._distributed
+                ),
             )
         sid = _sid(session_id)
         session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
@@ -374,8 +481,25 @@ class Store:
     # --- messages -------------------------------------------------------------
 
     @boundary
-    async def append_messages(self, session_id: SessionId, messages: Messages) -> list[Message]:
+    async def append_messages(
+        self,
+        session_id: SessionId,
+        messages: Messages,
+        *,
+        data: Data | None = None,
+        scope_data: ScopeData | None = None,
+        expected_count: Seq | None = None,
+    ) -> list[Message]:
         """Append messages in one transaction: all rows or none.
+
+        State travels with the messages that change it: ``data`` is a delta
+        merged key by key into the session's state document (a key's value
+        is replaced whole; ``None`` is stored as null, not a deletion), and
+        ``scope_data`` deltas (scope path to delta) into the documents of the
+        session's scope or its ancestors, all in this transaction. With
+        ``expected_count``, the append (and its deltas) happen only if the
+        session still holds exactly that many messages: an optimistic check
+        for writers that must not append to a conversation that moved on.
 
         ``message_count`` rises by their number, ``last_message`` becomes a
         preview of the last one, ``updated_at`` moves. Concurrent appends to one
@@ -392,14 +516,25 @@ class Store:
             InvalidInput: no messages, more than 1,000, more than
                 MAX_APPEND_BYTES (64 MiB) in all, one id twice, or a limit is broken.
             Conflict: a message id is stored already, in another session or
-                with other content, or only part of the batch is stored.
+                with other content, or only part of the batch is stored; or
+                the session no longer holds ``expected_count`` messages.
+            InvalidInput: a delta would grow a state document past 1 MiB, or
+                ``scope_data`` names a scope off the session's path.
         """
         scope, sid = current_scope(), _sid(session_id)
         batch = _messages.encode_batch(list(messages))
+        data_delta, deltas = _data_json(data), _scope_deltas(scope_data)
         return await self._run(
             scope,
             lambda conn: _messages.append_messages(
-                conn, scope, sid, batch, distributed=self._distributed
+                conn,
+                scope,
+                sid,
+                batch,
+                data_delta=data_delta,
+                scope_deltas=deltas,
+                expected_count=expected_count,
+                distributed=self._distributed,
             ),
         )
 
@@ -416,20 +551,58 @@ class Store:
         *,
         after_seq: Seq = 0,
         limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
+        since: Since = None,
     ) -> list[Message]:
         """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000).
 
+        With ``since`` (a tz-aware datetime): only messages appended after
+        it (``created_at > since``); ``created_at`` never decreases along
+        ``seq``, so these are the conversation's tail.
+
         Raises:
             NotFound: the session is not visible.
-            InvalidInput: ``after_seq`` outside 0 to 2**31 - 1, or ``limit`` out of range.
+            InvalidInput: ``after_seq`` outside 0 to 2**31 - 1, ``limit`` out
+                of range, or ``since`` naive.
         """
         scope, sid = current_scope(), _sid(session_id)
+        if since is not None and since.utcoffset() is None:
+            raise InvalidInput("since: a tz-aware datetime, got a naive one")
         return await self._run(
             scope,
             lambda conn: _messages.list_messages(
-                conn, scope, sid, after_seq=after_seq, limit=limit
+                conn, scope, sid, after_seq=after_seq, limit=limit, since=since
             ),
         )
+
+    @boundary
+    async def pop_message(self, session_id: SessionId) -> Message | None:
+        """Remove and return the session's last message (None if it has none).
+
+        One transaction under the session's row lock: ``message_count``
+        falls by one, ``last_message`` previews the new last message,
+        ``seq`` stays gap-free, ``updated_at`` moves. Concurrent pops each
+        remove a different message. Popping a question removes its pending
+        input; popping an answer re-opens the question it answered.
+
+        Raises:
+            NotFound: the session is not visible.
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        return await self._run(scope, lambda conn: _messages.pop_message(conn, scope, sid))
+
+    @boundary
+    async def clear_messages(self, session_id: SessionId) -> Session:
+        """Remove every message of the session; returns it, emptied.
+
+        One transaction under the session's row lock: ``message_count`` and
+        ``pending_count`` become 0, ``last_message`` empty, ``updated_at``
+        moves; the next append is ``seq`` 1. State documents are kept.
+
+        Raises:
+            NotFound: the session is not visible.
+        """
+        scope, sid = current_scope(), _sid(session_id)
+        return await self._run(scope, lambda conn: _messages.clear_messages(conn, scope, sid))
 
     @boundary
     async def recent_messages(

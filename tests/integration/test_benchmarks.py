@@ -30,7 +30,7 @@ def test_every_scenario_runs_and_writes_json_and_chart(server_url: str, tmp_path
     )
     assert code == 0
     reports = json.loads(out.read_text())
-    assert [r["scenario"] for r in reports] == ["append", "listing", "resolve"]
+    assert [r["scenario"] for r in reports] == ["append", "listing", "resolve", "frameworks"]
     for report in reports:
         assert report["invariants_ok"] is True
         assert report["postgres_version"]

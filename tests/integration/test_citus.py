@@ -33,7 +33,7 @@ from tests.factories import agent
 
 pytestmark = pytest.mark.skipif(CITUS_URL is None, reason="the Citus lane only (CORTEX_TEST_CITUS)")
 
-_TABLES = ["messages", "pending_inputs", "session_markers", "sessions"]
+_TABLES = ["messages", "pending_inputs", "scope_data", "session_markers", "sessions"]
 
 
 async def test_upgrade_alone_distributes_every_table_colocated(

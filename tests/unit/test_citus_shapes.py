@@ -71,6 +71,10 @@ _DOMAINS: dict[str, tuple[Any, ...]] = {
     "caller_chosen_id": (False, True),
     "count": (1, 2, 5),
     "newest_first": (False, True),
+    "since": (False, True),
+    "with_data": (False, True),
+    "expected": (False, True),
+    "distributed": (False, True),
     "shape": tuple(_SHAPES),
 }
 
@@ -110,6 +114,9 @@ def refusals(sql: str, *, distributed: bool) -> list[str]:
     values = re.search(r"\bVALUES \((.*?)\)(?: ON CONFLICT| RETURNING|$)", sql)
     if values and re.search(r"\b(SELECT|EXISTS)\b", values.group(1)):
         problems.append("a subquery inside INSERT ... VALUES")
+    returning = re.search(r"^INSERT\b.*?\bRETURNING\b(.*)$", sql)
+    if distributed and returning and re.search(r"\bSELECT\b", returning.group(1)):
+        problems.append("a subquery inside INSERT ... RETURNING")
     for name in _VOLATILE:
         if re.search(rf"\b{name}\w*\(", sql):
             problems.append(f"the VOLATILE function {name}()")
@@ -168,6 +175,7 @@ def test_no_statement_shape_uses_what_citus_refuses(name: str, builder: Callable
         ("SELECT 1 FROM sessions WHERE id IN (SELECT cortex_search_ids($1))", "SECURITY"),
         ("SELECT 1 FROM messages WHERE id = $1", "tenant_id"),
         ("SELECT 1 FROM sessions LEFT OUTER JOIN LATERAL (SELECT 1) AS r ON true", "outer join"),
+        ("INSERT INTO sessions (tenant_id) VALUES (%(t)s) RETURNING (SELECT 1)", "RETURNING"),
         ("UPDATE sessions SET x=1 WHERE tenant_id = %(a)s AND tenant_id = %(b)s", "parameters"),
     ],
 )

@@ -151,6 +151,8 @@ def test_from_database_equals_model_construct() -> None:
         "updated_at": now,
         "state": SessionState.PAUSED,
         "pending_count": 1,
+        "key": "order-42",
+        "data": {"app:k": 1.5},
     }
     fast = from_database(Session, dict(values))
     slow = Session.model_construct(**values)

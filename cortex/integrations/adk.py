@@ -1,0 +1,488 @@
+"""Google ADK on cortex: ``CortexSessionService``, a ``BaseSessionService`` backed by a Store.
+
+How ADK's names map onto cortex:
+
+- ``app_name`` and ``user_id`` become two scope segments beneath the base
+  scope (the one given at construction, else the caller's current scope):
+  ``<base>/<app>/<user>`` (names that are not valid segments are encoded,
+  see :func:`cortex.integrations._backing.segment`). The tenant is the base
+  scope's first segment, so row-level security walls tenants apart exactly
+  as for every other cortex call.
+- An ADK session is a cortex session of agent ``"adk"`` (configurable) at
+  the user's scope whose *key* is ADK's session id (trimmed, as ADK trims).
+- Each event is one message: the whole event as the payload (JSON, returned
+  exactly), its text as ``content`` (for previews and search), ``user`` /
+  ``tool`` / ``assistant`` as the role.
+- State: ``app:`` keys live in the app scope's state document, ``user:``
+  keys in the user scope's, the rest in the session's; cortex merges them
+  on every read, so a session's ``state`` is ADK's merged view. ``temp:``
+  keys are never stored. The delta of an event is written in the
+  transaction that appends the event.
+- A long-running function call without a later function response of the
+  same id is a pending input: ``inspect_session`` shows it, and
+  ``ListFilter(state=SessionState.PAUSED)`` / ``cortex sessions list --state
+  paused`` find the session.
+
+Requires the ``adk`` extra (``google-adk``); nothing else in cortex imports
+this module.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Final
+
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
+from google.genai import types
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+from sqlalchemy.engine import URL
+
+from cortex.errors import Conflict, InvalidInput, NotFound
+from cortex.integrations._backing import Backing, segment
+from cortex.models import (
+    MAX_AGENT_ID_LENGTH,
+    MAX_AUTHOR_LENGTH,
+    MAX_MESSAGE_LIMIT,
+    FunctionResponse,
+    ListFilter,
+    Message,
+    NewMessage,
+    RequestedInput,
+    Role,
+)
+from cortex.models import Session as CortexSession
+from cortex.scope import Scope, use_scope
+from cortex.store import Store
+
+__all__ = [
+    "CortexSessionService",
+    "SessionExists",
+    "SessionMissing",
+    "StaleSession",
+]
+
+# ADK's Session.last_update_time is the timestamp of the last event (or of
+# the creation), which the host chooses; it is kept in the session's own
+# state document under this key, written by the same statement as the
+# event, and never shown in ``state``.
+_UPDATED: Final = "__cortex_adk_last_update_time__"
+# Text kept in a message's content: enough for previews and search; the
+# whole event is in the payload.
+_CONTENT_CHARS: Final = 64 * 1024
+_STALE: Final = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+
+
+class SessionExists(AlreadyExistsError, Conflict):
+    """ADK's AlreadyExistsError, and a cortex Conflict: the session id is taken."""
+
+
+class SessionMissing(SessionNotFoundError, NotFound):
+    """ADK's SessionNotFoundError, and a cortex NotFound."""
+
+
+class StaleSession(StaleSessionError, Conflict):
+    """ADK's StaleSessionError, and a cortex Conflict: the session moved on since it was read."""
+
+
+def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
+    # What ADK's own database service stores for a value JSON cannot hold
+    # (a callable, an object): its string form, not a failed write.
+    try:
+        return dict(to_jsonable_python(state))
+    except PydanticSerializationError:
+        return {k: _json_safe_value(v) for k, v in state.items()}
+
+
+def _json_safe_value(value: Any) -> Any:
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError:
+        return str(value)
+
+
+def _split(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """App, user and session parts of a state or delta (keys kept whole); temp: dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in _json_safe(state).items():
+        if key.startswith(State.APP_PREFIX):
+            app[key] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            own[key] = value
+    return app, user, own
+
+
+def _usable_id(value: str | None) -> str | None:
+    if value and len(value) <= MAX_AGENT_ID_LENGTH and value.isprintable() and " " not in value:
+        return value
+    return None
+
+
+def _message_of(event: Event) -> NewMessage:
+    """One message holding the whole event, with its text, role and operator state."""
+    try:
+        payload = event.model_dump(mode="json", exclude_none=True)
+    except PydanticSerializationError:
+        if event.actions and event.actions.state_delta:
+            event.actions.state_delta = _json_safe(event.actions.state_delta)
+        payload = event.model_dump(mode="json", exclude_none=True)
+    parts = event.content.parts if event.content and event.content.parts else []
+    text = "".join(p.text for p in parts if p.text and not p.thought)[:_CONTENT_CHARS]
+    responses = event.get_function_responses()
+    role: Role = "user" if event.author == "user" else "tool" if responses else "assistant"
+    asked = None
+    for call in event.get_function_calls():
+        call_id = _usable_id(call.id)
+        if call_id and call_id in (event.long_running_tool_ids or set()):
+            asked = RequestedInput(interrupt_id=call_id, message=(call.name or "")[:1000])
+            break
+    answer = None
+    for response in responses:
+        response_id = _usable_id(response.id)
+        if response_id:
+            name = (response.name or "")[:MAX_AGENT_ID_LENGTH]
+            answer = FunctionResponse(id=response_id, name=name)
+            break
+    return NewMessage(
+        role,
+        text.replace("\x00", ""),
+        author=(event.author or "")[:MAX_AUTHOR_LENGTH].replace("\x00", ""),
+        payload=payload,
+        requested_input=asked,
+        function_response=answer,
+    )
+
+
+def _event_of(message: Message) -> Event | None:
+    """The ADK event a message holds; for a message written through cortex itself, one built from it.
+
+    An operator answering a pending input (``store.resume``, ``cortex
+    sessions resume``) appends a function response without an ADK payload:
+    it becomes the user's function-response event, so the agent's next run
+    sees the answer. Other payload-less messages become plain text events.
+    """
+    if message.payload is not None:
+        return Event.model_validate(message.payload)
+    answer = message.function_response
+    if answer is not None:
+        response = (
+            answer.response if isinstance(answer.response, dict) else {"result": answer.response}
+        )
+        part = types.Part(
+            function_response=types.FunctionResponse(
+                id=answer.id, name=answer.name, response=response
+            )
+        )
+    elif message.content:
+        part = types.Part(text=message.content)
+    else:
+        return None
+    role = "model" if message.role == "assistant" else "user"
+    return Event(
+        id=message.id,
+        invocation_id="",
+        author=message.author or ("user" if role == "user" else message.role),
+        content=types.Content(role=role, parts=[part]),
+        timestamp=message.created_at.timestamp(),
+    )
+
+
+class CortexSessionService(BaseSessionService):
+    """ADK's session service on a cortex store: multi-tenant, scoped, with an operator surface.
+
+    Build it on an existing store (``CortexSessionService(store)``) or a URL
+    (``CortexSessionService("postgresql://…")``; the service owns that engine
+    and disposes it on ``close()``; the database must have been prepared by
+    ``cortex db upgrade``, nothing else runs). ``scope``: a base scope for a
+    process serving one tenant; without it, every call acts beneath the
+    caller's current scope (``with cortex.use_scope("acme"): ...``).
+
+    Concurrency: ``append_event`` refuses a session object that is stale
+    (another writer appended since it was read) with :class:`StaleSession`
+    (ADK's StaleSessionError), checked under the session's row lock in the
+    appending statement, so of two writers holding the same revision exactly
+    one appends. Session objects built by hand (no revision marker) are not
+    checked.
+    """
+
+    def __init__(
+        self,
+        store_or_url: Store | str | URL,
+        *,
+        scope: Scope | str | None = None,
+        agent_id: str = "adk",
+        **pool_options: Any,
+    ) -> None:
+        self._backing = Backing(store_or_url, scope, **pool_options)
+        self._agent = agent_id
+        # (user scope, key) -> ses_ id: saves the key lookup on every append.
+        # A stale entry (the session was deleted) is found out and dropped.
+        self._ids: dict[tuple[str, str], str] = {}
+
+    @property
+    def store(self) -> Store:
+        """The cortex store underneath (for operator calls such as ``inspect_session``)."""
+        return self._backing.store
+
+    async def __aenter__(self) -> CortexSessionService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Dispose the engine if this service opened it from a URL."""
+        await self._backing.close()
+
+    # --- scopes -------------------------------------------------------------------
+
+    def app_scope(self, app_name: str) -> Scope:
+        """The scope holding an app's sessions and its ``app:`` state."""
+        return self._backing.base().child(segment(app_name))
+
+    def user_scope(self, app_name: str, user_id: str) -> Scope:
+        """The scope holding a user's sessions of an app and its ``user:`` state."""
+        return self.app_scope(app_name).child(segment(user_id))
+
+    # --- the service --------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session; ``app:`` and ``user:`` state go to their scopes in the same transaction.
+
+        Raises:
+            SessionExists: the user already has a session with this id.
+        """
+        store = await self._backing.ready()
+        key = (session_id or "").strip() or str(uuid.uuid4())
+        app, user, own = _split(state or {})
+        created_at = time.time()
+        app_scope, user_scope = self.app_scope(app_name), self.user_scope(app_name, user_id)
+        scope_data = {str(s): d for s, d in ((app_scope, app), (user_scope, user)) if d}
+        with use_scope(user_scope):
+            try:
+                stored = await store.create_session(
+                    self._agent,
+                    key=key,
+                    metadata={"app_name": app_name, "user_id": user_id},
+                    data={**own, _UPDATED: created_at},
+                    scope_data=scope_data or None,
+                )
+            except Conflict as exc:
+                raise SessionExists(f"Session with id {key} already exists.") from exc
+        self._ids[(str(user_scope), key)] = stored.id
+        return self._session_of(stored, app_name, user_id, [])
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with its events (all, or as ``config`` limits), or None.
+
+        Events come back in ADK's database order (timestamp, then event id);
+        ``num_recent_events`` keeps the newest appended, ``after_timestamp``
+        those at or after it.
+        """
+        store = await self._backing.ready()
+        key = session_id.strip()
+        if not key:
+            return None
+        user_scope = self.user_scope(app_name, user_id)
+        recent = None if config is None else config.num_recent_events
+        first = MAX_MESSAGE_LIMIT if recent is None else max(1, min(recent, MAX_MESSAGE_LIMIT))
+        with use_scope(user_scope):
+            # Two tries: a cached id whose session was deleted (and perhaps
+            # created again under the same key elsewhere) is dropped and the
+            # key looked up afresh.
+            for _ in range(2):
+                sid = await self._find(store, user_scope, key)
+                if sid is None:
+                    return None
+                try:
+                    stored, messages = await store.get_session_with_messages(sid, limit=first)
+                    messages = await _older(store, sid, messages, recent)
+                    break
+                except NotFound:
+                    self._ids.pop((str(user_scope), key), None)
+            else:
+                return None
+        events = [e for e in map(_event_of, messages) if e is not None]
+        events.sort(key=lambda e: (e.timestamp, e.id))
+        if config is not None and config.after_timestamp is not None:
+            events = [e for e in events if e.timestamp >= config.after_timestamp]
+        return self._session_of(stored, app_name, user_id, events)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """A user's sessions (or, without ``user_id``, the app's), least recently active first.
+
+        Each carries its merged state and no events.
+        """
+        store = await self._backing.ready()
+        scope = self.app_scope(app_name) if user_id is None else self.user_scope(app_name, user_id)
+        flt = ListFilter(agent_id=self._agent, exact=user_id is not None, limit=1000)
+        with use_scope(scope):
+            found = [s async for s in store.iter_sessions(flt)]
+        found.reverse()  # cortex lists newest activity first; ADK, oldest
+        sessions = [
+            self._session_of(s, app_name, str(s.metadata.get("user_id", user_id)), [])
+            for s in found
+        ]
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session with its events; a session that does not exist is no error."""
+        store = await self._backing.ready()
+        key = session_id.strip()
+        if not key:
+            return
+        user_scope = self.user_scope(app_name, user_id)
+        with use_scope(user_scope):
+            sid = await self._find(store, user_scope, key)
+            self._ids.pop((str(user_scope), key), None)
+            if sid is None:
+                return
+            try:
+                await store.delete_session(sid)
+            except NotFound:
+                return
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's ``user:`` state, keys without the prefix ({} if none)."""
+        store = await self._backing.ready()
+        with use_scope(self._backing.base()):
+            stored = await store.get_scope_data(str(self.user_scope(app_name, user_id)))
+        return {k.removeprefix(State.USER_PREFIX): v for k, v in stored.items()}
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store the event and its state delta in one transaction, then apply both in memory.
+
+        Partial events are not stored; ``temp:`` keys reach the in-memory
+        session only.
+
+        Raises:
+            StaleSession: the session object is stale (reload it).
+            SessionMissing: the session does not exist (any more).
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        store = await self._backing.ready()
+        delta = event.actions.state_delta if event.actions else {}
+        app, user, own = _split(delta or {})
+        app_scope = self.app_scope(session.app_name)
+        user_scope = app_scope.child(segment(session.user_id))
+        scope_data = {str(s): d for s, d in ((app_scope, app), (user_scope, user)) if d}
+        marker = session._storage_update_marker
+        message = _message_of(event)
+        with use_scope(user_scope):
+            # Two tries, as in get_session: a cached id may name a session
+            # deleted since (its key then names another one, or none).
+            for attempt in range(2):
+                sid = await self._find(store, user_scope, session.id)
+                if sid is None:
+                    raise SessionMissing(f"Session {session.id} not found.")
+                try:
+                    (stored,) = await store.append_messages(
+                        sid,
+                        [message],
+                        data={**own, _UPDATED: event.timestamp},
+                        scope_data=scope_data or None,
+                        expected_count=None if marker is None else int(marker),
+                    )
+                    break
+                except NotFound as exc:
+                    self._ids.pop((str(user_scope), session.id), None)
+                    if attempt:
+                        raise SessionMissing(f"Session {session.id} not found.") from exc
+                except Conflict as exc:
+                    raise StaleSession(_STALE) from exc
+            else:  # pragma: no cover - the loop breaks or raises
+                raise SessionMissing(f"Session {session.id} not found.")
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = str(stored.seq)
+        return self._commit_event_to_session(session, event)
+
+    # --- helpers ------------------------------------------------------------------
+
+    async def _find(self, store: Store, user_scope: Scope, key: str) -> str | None:
+        cached = self._ids.get((str(user_scope), key))
+        if cached is not None:
+            return cached
+        try:
+            found = await store.get_session_by_key(self._agent, key)
+        except NotFound:
+            return None
+        except InvalidInput:  # a key cortex cannot hold names no session
+            return None
+        if len(self._ids) > 100_000:
+            self._ids.clear()
+        self._ids[(str(user_scope), key)] = found.id
+        return found.id
+
+    def _session_of(
+        self, stored: CortexSession, app_name: str, user_id: str, events: list[Event]
+    ) -> Session:
+        state = dict(stored.data)
+        updated = state.pop(_UPDATED, None)
+        session = Session(
+            id=stored.key or stored.id,
+            app_name=app_name,
+            user_id=user_id,
+            state=state,
+            events=events,
+            last_update_time=(
+                float(updated)
+                if isinstance(updated, int | float)
+                else stored.updated_at.timestamp()
+            ),
+        )
+        session._storage_update_marker = str(stored.message_count)
+        return session
+
+
+async def _older(
+    store: Store, sid: str, newest: list[Message], wanted: int | None
+) -> list[Message]:
+    """Page backwards from ``newest`` until ``wanted`` messages (or all) are read."""
+    messages = list(newest)
+    while messages and messages[0].seq > 1 and (wanted is None or len(messages) < wanted):
+        limit = (
+            MAX_MESSAGE_LIMIT if wanted is None else min(wanted - len(messages), MAX_MESSAGE_LIMIT)
+        )
+        page = await store.recent_messages(sid, limit=limit, before_seq=messages[0].seq)
+        if not page:
+            break
+        messages = page + messages
+    if wanted is not None:
+        messages = messages[-wanted:] if wanted else []
+    return messages

@@ -1,0 +1,212 @@
+"""The OpenAI Agents SDK on cortex: ``CortexSession``, a ``Session`` backed by a Store.
+
+How the SDK's names map onto cortex:
+
+- A ``CortexSession("user-123", store)`` is the cortex session of agent
+  ``"openai-agents"`` (configurable) whose key is ``"user-123"``, at the
+  base scope: the one given at construction, else the caller's current
+  scope (``with cortex.use_scope("acme"): ...``). The tenant is that scope's
+  first segment; row-level security walls tenants apart.
+- Each item is one message: the item dict as the payload (stored verbatim
+  and returned identical), its text as ``content`` and its role (``user``,
+  ``assistant``, ``system``; ``tool`` for calls, outputs and reasoning).
+- The cortex session is created by the first ``add_items`` (concurrent
+  first writes share it); reading or clearing a session that was never
+  written creates nothing.
+
+Requires the ``openai-agents`` extra; nothing else in cortex imports this
+module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, cast
+
+from agents.items import TResponseInputItem
+from agents.memory.session_settings import SessionSettings
+from sqlalchemy.engine import URL
+
+from cortex.errors import InvalidInput, NotFound
+from cortex.integrations._backing import Backing
+from cortex.models import MAX_APPEND_BATCH, MAX_MESSAGE_LIMIT, Message, NewMessage, Role
+from cortex.scope import Scope, use_scope
+from cortex.store import Store
+
+__all__ = ["CortexSession"]
+
+_ROLES: Final[dict[str, Role]] = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+    "developer": "system",
+}
+# Text kept in a message's content, for previews and search; the whole item
+# is the payload.
+_CONTENT_CHARS: Final = 64 * 1024
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    else:
+        text = str(item.get("output", "")) if isinstance(item.get("output"), str) else ""
+    return text[:_CONTENT_CHARS].replace("\x00", "")
+
+
+def _message_of(item: TResponseInputItem) -> NewMessage:
+    body = cast(dict[str, Any], item)
+    role = _ROLES.get(str(body.get("role", "")), "tool")
+    return NewMessage(role, _text(body), payload=body)
+
+
+def _item_of(message: Message) -> TResponseInputItem:
+    return cast(TResponseInputItem, message.payload)
+
+
+class CortexSession:
+    """An Agents SDK session on a cortex store (implements ``agents.memory.Session``).
+
+    ``session_id`` is the host's name for the conversation. It is stored as
+    a cortex session key, which is trimmed: an id with leading or trailing
+    whitespace is refused (InvalidInput) rather than silently sharing the
+    history of its trimmed form. Case matters (``"Foo"`` and ``"foo"`` are
+    two sessions).
+
+    Build it on a store (``CortexSession("user-123", store)``) or a URL (it
+    then owns that engine; ``close()`` disposes it; the database must have
+    been prepared by ``cortex db upgrade``). ``session_settings``: the
+    default ``limit`` of ``get_items`` (a ``SessionSettings`` or a dict).
+    Every method is cancellation-safe: a cancelled call's transaction is
+    either committed or rolled back whole (cortex's transaction runner).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store_or_url: Store | str | URL,
+        *,
+        scope: Scope | str | None = None,
+        agent_id: str = "openai-agents",
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        **pool_options: Any,
+    ) -> None:
+        if not session_id or session_id != session_id.strip():
+            raise InvalidInput(
+                "session_id: must be non-empty, without leading or trailing whitespace"
+            )
+        self.session_id = session_id
+        self.session_settings: SessionSettings | None = SessionSettings().resolve(session_settings)
+        self._backing = Backing(store_or_url, scope, **pool_options)
+        self._agent = agent_id
+        # The ses_ id, once the session is known to exist; dropped if it is
+        # found deleted.
+        self._id: str | None = None
+
+    @property
+    def store(self) -> Store:
+        """The cortex store underneath."""
+        return self._backing.store
+
+    async def close(self) -> None:
+        """Dispose the engine if this session opened it from a URL."""
+        await self._backing.close()
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The newest ``limit`` items (default: ``session_settings.limit``, else all), oldest first."""
+        wanted = limit if limit is not None else self._default_limit()
+        if wanted is not None and wanted <= 0:
+            return []
+        store = await self._backing.ready()
+        with use_scope(self._backing.base()):
+            sid = await self._existing(store)
+            if sid is None:
+                return []
+            messages: list[Message] = []
+            before: int | None = None
+            while wanted is None or len(messages) < wanted:
+                page_size = MAX_MESSAGE_LIMIT
+                if wanted is not None:
+                    page_size = min(wanted - len(messages), MAX_MESSAGE_LIMIT)
+                try:
+                    page = await store.recent_messages(sid, limit=page_size, before_seq=before)
+                except NotFound:
+                    # Deleted behind our back (perhaps created again under
+                    # this key): start over from the key, once.
+                    if self._id is None or before is not None:
+                        return []
+                    self._id = None
+                    return await self.get_items(limit)
+                messages = page + messages
+                if len(page) < page_size or page[0].seq == 1:
+                    break
+                before = page[0].seq
+        return [_item_of(m) for m in messages]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append items in order; up to 1,000 (and 64 MiB) are stored in one transaction.
+
+        A longer list is stored 1,000 at a time, each chunk atomic.
+
+        Raises:
+            InvalidInput: an item is not JSON or breaks a limit (its chunk
+                is not stored).
+        """
+        if not items:
+            return
+        batch = [_message_of(item) for item in items]
+        store = await self._backing.ready()
+        with use_scope(self._backing.base()):
+            for start in range(0, len(batch), MAX_APPEND_BATCH):
+                chunk = batch[start : start + MAX_APPEND_BATCH]
+                sid = await self._resolved(store)
+                try:
+                    await store.append_messages(sid, chunk)
+                except NotFound:
+                    # Deleted behind our back: the next write starts afresh.
+                    self._id = None
+                    await store.append_messages(await self._resolved(store), chunk)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (None if there is none); concurrent pops take distinct items."""
+        store = await self._backing.ready()
+        with use_scope(self._backing.base()):
+            sid = await self._existing(store)
+            if sid is None:
+                return None
+            try:
+                popped = await store.pop_message(sid)
+            except NotFound:
+                self._id = None
+                return None
+        return None if popped is None else _item_of(popped)
+
+    async def clear_session(self) -> None:
+        """Remove every item; the session (and its key) remain."""
+        store = await self._backing.ready()
+        with use_scope(self._backing.base()):
+            sid = await self._existing(store)
+            if sid is None:
+                return
+            try:
+                await store.clear_messages(sid)
+            except NotFound:
+                self._id = None
+
+    def _default_limit(self) -> int | None:
+        return None if self.session_settings is None else self.session_settings.limit
+
+    async def _existing(self, store: Store) -> str | None:
+        if self._id is None:
+            try:
+                self._id = (await store.get_session_by_key(self._agent, self.session_id)).id
+            except NotFound:
+                return None
+        return self._id
+
+    async def _resolved(self, store: Store) -> str:
+        if self._id is None:
+            self._id = (await store.resolve_session(self._agent, key=self.session_id)).id
+        return self._id

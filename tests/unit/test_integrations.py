@@ -1,0 +1,47 @@
+"""The adapters' framework-free parts: scope segments, optional imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cortex import InvalidInput, Scope
+from cortex.integrations._backing import segment
+
+
+def test_plain_names_are_their_own_segment() -> None:
+    for name in ("my_app", "user-42", "a.b:c", "x" * 64):
+        assert segment(name) == name
+
+
+def test_other_names_are_encoded_one_to_one() -> None:
+    names = [
+        "ada@example.com",
+        "with space",
+        "café",
+        "b32.looks-encoded",
+        "sha.looks-hashed",
+        "a/b",
+        "x" * 65,
+        "y" * 500,
+        "\u2028",
+    ]
+    segments = [segment(n) for n in names]
+    assert len(set(segments)) == len(names)
+    for s in segments:
+        Scope("tenant", s)  # every one is a valid segment
+    assert segment("b32.looks-encoded") != "b32.looks-encoded"
+    assert segment("y" * 500).startswith("sha.")
+    with pytest.raises(InvalidInput):
+        segment("")
+
+
+def test_import_cortex_needs_no_framework() -> None:
+    code = (
+        "import sys, cortex, cortex.integrations, cortex.integrations._backing;"
+        "bad = [m for m in ('google.adk', 'agents') if m in sys.modules];"
+        "sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
