@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import asyncpg
@@ -89,6 +90,34 @@ async def _seed_user(service: BaseSessionService, user: str, p: Params) -> None:
             await service.append_event(session, _event(e))
 
 
+_ADK_FLOOR = "floor = ADK DatabaseSessionService"
+_AGENTS_FLOOR = "floor = Agents SDK SQLAlchemySession"
+
+
+async def _measure(
+    label: str, op_for: Any, *, p: Params, per_worker: int, results: list[Result], floor: str
+) -> None:
+    """One operation, cortex's adapter beside the framework's own store, in alternating blocks."""
+    cortex_side, peer_side = Side(), Side()
+
+    async def cortex_block() -> None:
+        await timed_workers(cortex_side, p.concurrency, per_worker, op_for("cortex"))
+
+    async def peer_block() -> None:
+        await timed_workers(peer_side, p.concurrency, per_worker, op_for("peer"))
+
+    await alternate(p.blocks // 2 or 1, cortex_block, peer_block)
+    result = Result(
+        label,
+        cortex_side.summary(),
+        peer_side.summary(),
+        throughput_ratio(cortex_side, peer_side),
+        floor,
+    )
+    print_result(result)
+    results.append(result)
+
+
 async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
     store_cm = cortex.connect(db.app_url, pool_size=p.concurrency, max_overflow=0)
     store = await store_cm.__aenter__()
@@ -113,26 +142,6 @@ async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
             await _seed_user(service, "lister", p)
         counter = itertools.count()
 
-        async def measure(label: str, op_for: Any) -> None:
-            cortex_side, peer_side = Side(), Side()
-
-            async def cortex_block() -> None:
-                await timed_workers(cortex_side, p.concurrency, per_worker, op_for("cortex"))
-
-            async def peer_block() -> None:
-                await timed_workers(peer_side, p.concurrency, per_worker, op_for("peer"))
-
-            await alternate(p.blocks // 2 or 1, cortex_block, peer_block)
-            result = Result(
-                label,
-                cortex_side.summary(),
-                peer_side.summary(),
-                throughput_ratio(cortex_side, peer_side),
-                "floor = ADK DatabaseSessionService",
-            )
-            print_result(result)
-            results.append(result)
-
         def append_op(name: str) -> Any:
             async def op(w: int, i: int) -> int:
                 await sides[name].append_event(sessions[name][w], _event(next(counter)))
@@ -156,6 +165,7 @@ async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
 
             return op
 
+        measure = partial(_measure, p=p, per_worker=per_worker, results=results, floor=_ADK_FLOOR)
         await measure("adk append_event", append_op)
         await measure(f"adk list_sessions ({p.sessions_per_user} of a user)", list_op)
         await measure(f"adk get_session ({p.events_per_session} events)", get_op)
@@ -182,26 +192,6 @@ async def _agents(db: BenchDatabase, p: Params, results: list[Result]) -> None:
             await session.add_items([item] * 20)
         sides: dict[str, list[Any]] = {"cortex": ours, "peer": theirs}
 
-        async def measure(label: str, op_for: Any) -> None:
-            cortex_side, peer_side = Side(), Side()
-
-            async def cortex_block() -> None:
-                await timed_workers(cortex_side, p.concurrency, per_worker, op_for("cortex"))
-
-            async def peer_block() -> None:
-                await timed_workers(peer_side, p.concurrency, per_worker, op_for("peer"))
-
-            await alternate(p.blocks // 2 or 1, cortex_block, peer_block)
-            result = Result(
-                label,
-                cortex_side.summary(),
-                peer_side.summary(),
-                throughput_ratio(cortex_side, peer_side),
-                "floor = Agents SDK SQLAlchemySession",
-            )
-            print_result(result)
-            results.append(result)
-
         def add_op(name: str) -> Any:
             async def op(w: int, i: int) -> int:
                 await sides[name][w].add_items([item])
@@ -215,6 +205,9 @@ async def _agents(db: BenchDatabase, p: Params, results: list[Result]) -> None:
 
             return op
 
+        measure = partial(
+            _measure, p=p, per_worker=per_worker, results=results, floor=_AGENTS_FLOOR
+        )
         await measure("agents add_items (1 item)", add_op)
         await measure("agents get_items (newest 20)", get_op)
     finally:

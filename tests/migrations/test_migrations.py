@@ -28,27 +28,9 @@ from cortex._engine import SCHEMA_REVISION
 from cortex.cli import main
 from cortex.migrate import alembic_config, downgrade, grant_sql, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_database
+from tests.migrations.legacy import current, execute, fetch
 
 BACKFILL = "20260824000004"
-
-
-def fetch(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-    async def run() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(asyncpg_dsn(url))
-        try:
-            return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()
-
-    return asyncio.run(run())
-
-
-def execute(url: str, *statements: str) -> None:
-    asyncio.run(admin(url, *statements))
-
-
-def current(url: str) -> list[str]:
-    return [r["version_num"] for r in fetch(url, "SELECT version_num FROM alembic_version")]
 
 
 def test_history_shape() -> None:

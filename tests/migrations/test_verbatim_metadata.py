@@ -16,7 +16,7 @@ import cortex
 from cortex import NewMessage, use_scope
 from cortex.ids import format_id
 from cortex.migrate import alembic_config, downgrade, upgrade
-from tests.migrations.test_migrations import execute, fetch
+from tests.migrations.legacy import execute, fetch
 
 REVISION = "20261201000009"
 
