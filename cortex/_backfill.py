@@ -64,7 +64,7 @@ _KEY = "(m.tenant_id, m.agent_id, m.scope)"
 
 _SUPERUSER = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
 
-_TODO = "SELECT count(*) FROM messages AS m WHERE m.session_id IS NULL AND m.scope IS NOT NULL"
+_PENDING_SQL = "SELECT count(*) FROM messages AS m WHERE m.session_id IS NULL AND m.scope IS NOT NULL"
 
 # The work list after the cursor, in the order of ix_messages_unsessioned.
 _RANGE = f"m.session_id IS NULL AND m.scope IS NOT NULL AND {_KEY} > (:at, :aa, :as_)"
@@ -314,7 +314,7 @@ def backfill(
         raise InvalidInput("backfill rate: a positive number of messages per second")
     totals = Totals()
     started = time.perf_counter()
-    todo = int(conn.execute(sa.text(_TODO)).scalar_one())
+    pending = int(conn.execute(sa.text(_PENDING_SQL)).scalar_one())
     # A superuser skips the per-row foreign-key check (about a quarter of a
     # batch): every session_id a batch writes is a session the same statement
     # inserted, or a default it holds locked, so the reference holds by
@@ -323,10 +323,10 @@ def backfill(
     if skip_checks:
         conn.execute(sa.text("SET session_replication_role = replica"))
     try:
-        with progress("backfill", todo, unit="messages") as advance:
+        with progress("backfill", pending, unit="messages") as advance:
             # Nothing pending, no pass: on Citus a batch (it reads across
             # tenants to find its conversations) cannot even be planned.
-            for _ in range(MAX_PASSES if todo else 0):
+            for _ in range(MAX_PASSES if pending else 0):
                 if _pass(conn, revision, batch_rows, max_rate, totals, advance, started) == 0:
                     break
     finally:
