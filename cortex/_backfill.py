@@ -64,7 +64,9 @@ _KEY = "(m.tenant_id, m.agent_id, m.scope)"
 
 _SUPERUSER = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
 
-_PENDING_SQL = "SELECT count(*) FROM messages AS m WHERE m.session_id IS NULL AND m.scope IS NOT NULL"
+_PENDING_SQL = (
+    "SELECT count(*) FROM messages AS m WHERE m.session_id IS NULL AND m.scope IS NOT NULL"
+)
 
 # The work list after the cursor, in the order of ix_messages_unsessioned.
 _RANGE = f"m.session_id IS NULL AND m.scope IS NOT NULL AND {_KEY} > (:at, :aa, :as_)"
