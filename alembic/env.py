@@ -31,6 +31,7 @@ from cortex.migrate import (
     MIGRATION_LOCK_KEY,
     check_downgrade,
     distribute_all_sql,
+    install_routines,
     record_compatibility,
     regrant_sql,
 )
@@ -107,6 +108,8 @@ def _do_run_migrations(connection: Connection) -> None:
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):
             connection.execute(sa.text(statement))
+        # The hot statements as one-round-trip routines, or none below the head.
+        install_routines(connection, ScriptDirectory.from_config(config))
         # Which code this schema serves now (revision 20261201000010).
         record_compatibility(connection, ScriptDirectory.from_config(config))
         connection.commit()

@@ -19,11 +19,12 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import Pool
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
+from sqlalchemy.util import greenlet_spawn
 
 from cortex._engine import CHECKOUTS
-from cortex._executor import Tx
+from cortex._executor import Routines, Row, Tx
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
@@ -45,6 +46,7 @@ __all__ = [
     "begin_sql",
     "checkout",
     "discard_transaction",
+    "finish",
     "release",
     "run_to_completion",
     "run_transaction",
@@ -85,8 +87,16 @@ async def run_transaction(
     body: Callable[[Tx], Awaitable[T]],
     *,
     custom_plans: bool = False,
+    routines: Routines | None = None,
 ) -> T:
     """Run ``body`` in one transaction bound to ``scope``'s tenant; commit if it returns.
+
+    ``routines`` (a body that writes with at most one statement): no
+    transaction around the body; each statement is its own, through its
+    installed routine in one round trip (cortex._routines), else in a
+    transaction of its own. Its cancellation is that of one statement: a
+    caller cancelled while the statement runs may find it committed, as
+    when a cancel meets COMMIT.
 
     Concurrency: a serialization failure or deadlock rolls back and runs the
     whole body again (at most :data:`MAX_ATTEMPTS` times), so ``body`` must
@@ -109,6 +119,8 @@ async def run_transaction(
     while True:
         try:
             with translate_errors():
+                if routines is not None:
+                    return await _autocommit(engine, scope, body, custom_plans, routines)
                 return await _attempt(engine, scope, body, custom_plans)
         except _StaleConnection as exc:
             # Nothing was sent but BEGIN: safe to run again. Each stale pooled
@@ -169,6 +181,10 @@ def begin_sql(scope: Scope, *, custom_plans: bool, snapshot: bool = False) -> st
     return sql
 
 
+# What asyncpg raises before sending anything on a connection that is closed
+# or mid-protocol (ConnectionDoesNotExistError, a subclass, may come after).
+_NOT_SENT: Final = (asyncpg.InterfaceError, asyncpg.InternalClientError)
+
 # What a connection the server closed while it sat in the pool raises at BEGIN.
 STALE_ERRORS: Final = (
     asyncpg.PostgresConnectionError,
@@ -207,8 +223,55 @@ async def _attempt(
     return result
 
 
+async def _autocommit(
+    engine: AsyncEngine,
+    scope: Scope,
+    body: Callable[[Tx], Awaitable[T]],
+    custom_plans: bool,
+    routines: Routines,
+) -> T:
+    held = await checkout(engine)
+    conn, driver, fresh = held.conn, held.driver, held.fresh
+    if driver.is_closed():
+        # The server closed it while it sat in the pool; nothing was sent.
+        await run_to_completion(release(conn, driver, trusted=False))
+        raise _StaleConnection(fresh=fresh)
+
+    async def own_transaction(sql: str, args: list[Any]) -> list[Row]:
+        await driver.execute(begin_sql(scope, custom_plans=custom_plans))
+        rows: list[Row] = await driver.fetch(sql, *args, record_class=Row)
+        await driver.execute("COMMIT")
+        return rows
+
+    tx = Tx(driver, routines, own_transaction)
+    try:
+        result = await body(tx)
+    except _NOT_SENT as failure:
+        if tx.completed or isinstance(failure, asyncpg.ConnectionDoesNotExistError):
+            await run_to_completion(discard_transaction(conn, driver, failure))
+            raise
+        # asyncpg refused to send the first statement on a connection the
+        # server had closed (or left mid-protocol): nothing ran, run it again.
+        await run_to_completion(release(conn, driver, trusted=False))
+        raise _StaleConnection(fresh=fresh) from failure
+    except CortexError as failure:
+        # Raised by cortex between statements (NotFound, Conflict): the
+        # protocol is idle, and outside any transaction unless a fallback
+        # transaction failed half-way.
+        if driver.is_in_transaction() or driver.is_closed():
+            await run_to_completion(discard_transaction(conn, driver, failure))
+        else:
+            await finish(held)
+        raise
+    except BaseException as failure:
+        await run_to_completion(discard_transaction(conn, driver, failure))
+        raise
+    await finish(held)
+    return result
+
+
 class Checkout(NamedTuple):
-    conn: AsyncConnection
+    conn: PoolProxiedConnection  # the pool's handle on the connection
     driver: asyncpg.Connection
     fresh: bool  # the pool opened it for this checkout
     engine: AsyncEngine
@@ -224,6 +287,10 @@ async def checkout(engine: AsyncEngine) -> Checkout:
     is free to leave: a cancelled caller returns at once, and the checkout it
     abandoned puts its connection straight back into the pool when it arrives.
     """
+    if _idle_waiting(engine.sync_engine.pool):
+        # An idle pooled connection, taken with no I/O: nothing can
+        # interrupt this checkout half-way, so it needs no task of its own.
+        return await _open(engine)
     task = asyncio.ensure_future(_open(engine))
     try:
         return await asyncio.shield(task)
@@ -233,19 +300,58 @@ async def checkout(engine: AsyncEngine) -> Checkout:
         raise
 
 
+def _idle_waiting(pool: Pool) -> bool:
+    """Whether a checkout takes an idle connection without touching the network.
+
+    True for cortex's queue pool holding an idle connection, without a
+    pre-ping or recycling (either may send or reconnect at checkout).
+    """
+    return (
+        isinstance(pool, QueuePool)
+        and pool.checkedin() > 0
+        and getattr(pool, "_pre_ping", True) is False
+        and getattr(pool, "_recycle", 0) < 0
+    )
+
+
+def _returns_quietly(pool: Pool) -> bool:
+    """Whether a clean connection goes back into the pool without I/O (no overflow to close)."""
+    return isinstance(pool, QueuePool) and pool.checkedin() < pool.size()
+
+
 async def _open(engine: AsyncEngine) -> Checkout:
+    # The pool itself, not engine.connect(): no Connection object and one
+    # greenlet hop instead of two (cortex sends nothing through SQLAlchemy).
     pool = engine.sync_engine.pool
-    conn = await engine.connect()
+    conn = await greenlet_spawn(pool.connect)
     try:
-        raw = await conn.get_raw_connection()
-        driver = _driver(raw.driver_connection)
+        driver = _driver(conn.driver_connection)
     except BaseException:
-        await conn.invalidate()
-        await conn.close()
+        await greenlet_spawn(conn.invalidate)
+        await greenlet_spawn(conn.close)
         raise
     # No count (an engine not built by make_engine): treat it as new, so a
     # failing BEGIN is reported rather than retried.
-    return Checkout(conn, driver, raw.info.get(CHECKOUTS, 1) == 1, engine, pool)
+    return Checkout(conn, driver, conn.info.get(CHECKOUTS, 1) == 1, engine, pool)
+
+
+async def finish(checkout: Checkout) -> None:
+    """Return a connection after a call that completed: to the pool if idle, else closed.
+
+    Inline (no task) when that cannot suspend: an idle connection going back
+    into a pool with room for it, which touches no network; otherwise run
+    to completion, whatever cancels the caller.
+    """
+    conn, driver = checkout.conn, checkout.driver
+    if (
+        not driver.is_closed()
+        and not driver.is_in_transaction()
+        and _returns_quietly(checkout.pool)
+        and checkout.engine.sync_engine.pool is checkout.pool
+    ):
+        await greenlet_spawn(conn.close)
+        return
+    await run_to_completion(release(conn, driver, trusted=True))
 
 
 def _driver(driver: Any) -> asyncpg.Connection:
@@ -268,8 +374,8 @@ async def _give_back(checkout: Checkout) -> None:
     if checkout.engine.sync_engine.pool is not checkout.pool:
         # The engine was disposed meanwhile (the store closed): a connection
         # checked in to the old pool would stay open with nobody to close it.
-        await checkout.conn.invalidate()
-    await checkout.conn.close()
+        await greenlet_spawn(checkout.conn.invalidate)
+    await greenlet_spawn(checkout.conn.close)
 
 
 # Cleanups still running after their caller was interrupted by something other
@@ -318,7 +424,7 @@ async def run_to_completion(cleanup: Coroutine[Any, Any, None]) -> None:
     task.result()  # the cleanup's own error, if any
 
 
-async def _commit(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
+async def _commit(conn: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
     try:
         await driver.execute("COMMIT")
     except BaseException as failure:
@@ -328,7 +434,7 @@ async def _commit(conn: AsyncConnection, driver: asyncpg.Connection) -> None:
 
 
 async def discard_transaction(
-    conn: AsyncConnection, driver: asyncpg.Connection, failure: BaseException
+    conn: PoolProxiedConnection, driver: asyncpg.Connection, failure: BaseException
 ) -> None:
     """Roll back after ``failure``, then release the connection (see :func:`release`).
 
@@ -355,7 +461,9 @@ async def discard_transaction(
     await release(conn, driver, trusted=rolled_back)
 
 
-async def release(conn: AsyncConnection, driver: asyncpg.Connection, *, trusted: bool) -> None:
+async def release(
+    conn: PoolProxiedConnection, driver: asyncpg.Connection, *, trusted: bool
+) -> None:
     """Return the connection to the pool if it is known to be outside any transaction; else close it.
 
     ``trusted``: the last statement cortex sent on it (COMMIT or ROLLBACK)
@@ -366,14 +474,14 @@ async def release(conn: AsyncConnection, driver: asyncpg.Connection, *, trusted:
     from reaching the next checkout.
     """
     if trusted and not driver.is_closed() and not driver.is_in_transaction():
-        await conn.close()
+        await greenlet_spawn(conn.close)
         return
     try:
         driver.terminate()
     except Exception:  # already gone
         log.debug("terminate failed", exc_info=True)
     try:
-        await conn.invalidate()
-        await conn.close()
+        await greenlet_spawn(conn.invalidate)
+        await greenlet_spawn(conn.close)
     except Exception:  # the pool drops it either way
         log.debug("invalidate failed", exc_info=True)

@@ -7,7 +7,8 @@ owns nothing else: no transactions, no engine, no error translation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import hashlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -18,7 +19,16 @@ from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
 from cortex.errors import DatabaseError
 
-__all__ = ["SHARED_PARAMS", "Result", "Row", "StatementError", "Tx"]
+__all__ = [
+    "SHARED_PARAMS",
+    "Result",
+    "Routines",
+    "Row",
+    "StatementError",
+    "Tx",
+    "compile_statement",
+    "routine_key",
+]
 
 
 class Row(asyncpg.Record):
@@ -76,6 +86,18 @@ class _Compiled:
     fixed: dict[str, Any]
     # Names the caller must supply.
     required: frozenset[str]
+    # Which installed routine runs this SQL (cortex._routines): a digest of the text.
+    key: str
+
+
+def routine_key(sql: str) -> str:
+    """The digest a routine's comment carries for the SQL it runs (cortex._routines)."""
+    return hashlib.sha256(sql.encode()).hexdigest()[:32]
+
+
+# Statement key to the SQL that calls its routine; shared by a store's calls,
+# and a routine found missing is removed from it.
+Routines = dict[str, str]
 
 
 _DIALECT: Final = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
@@ -112,22 +134,43 @@ def _compile(stmt: sa.ClauseElement) -> _Compiled:
     # would raise "a value is required for bind parameter" rather than send NULL.
     required = frozenset(name for name in order if binds[name].required)
     fixed = {name: binds[name].value for name in order if name not in required}
-    return _Compiled(str(compiled), order, fixed, required)
+    sql = str(compiled)
+    return _Compiled(sql, order, fixed, required, routine_key(sql))
+
+
+def compile_statement(stmt: sa.ClauseElement) -> _Compiled:
+    """A statement shape compiled as :class:`Tx` runs it (cached)."""
+    return _compile(stmt)
 
 
 class Tx:
-    """One transaction's statements, executed straight on the asyncpg connection.
+    """One call's statements, executed straight on the asyncpg connection.
 
     SQLAlchemy builds and compiles each statement shape once; asyncpg prepares
     and caches it per connection. Executing on the driver skips SQLAlchemy's
     per-call execution machinery (greenlet hops, result processing), which
     cost more CPU than PostgreSQL spent running the hot statements.
+
+    Inside a transaction (``routines`` None) each statement is sent as it
+    is. In autocommit (``routines`` given, see cortex._db.run_transaction)
+    each statement is a transaction of its own: its routine when one is
+    installed (one round trip), else ``own_transaction`` (BEGIN with the
+    binding, the statement, COMMIT).
     """
 
-    __slots__ = ("driver",)
+    __slots__ = ("completed", "driver", "own_transaction", "routines")
 
-    def __init__(self, driver: asyncpg.Connection) -> None:
+    def __init__(
+        self,
+        driver: asyncpg.Connection,
+        routines: Routines | None = None,
+        own_transaction: Callable[[str, list[Any]], Awaitable[list[Row]]] | None = None,
+    ) -> None:
         self.driver = driver
+        self.routines = routines
+        self.own_transaction = own_transaction
+        # Statements that returned: before the first, nothing reached the server.
+        self.completed = 0
 
     async def execute(
         self, stmt: sa.ClauseElement, params: Mapping[str, Any] | None = None
@@ -146,5 +189,24 @@ class Tx:
         if unknown:
             raise StatementError(f"unknown bind parameter(s) {', '.join(sorted(unknown))}")
         args = [given[name] if name in given else compiled.fixed[name] for name in compiled.order]
-        rows: list[Row] = await self.driver.fetch(compiled.sql, *args, record_class=Row)
+        if self.routines is None:
+            rows: list[Row] = await self.driver.fetch(compiled.sql, *args, record_class=Row)
+            self.completed += 1
+            return Result(rows)
+        call = self.routines.get(compiled.key)
+        if call is not None:
+            try:
+                rows = await self.driver.fetch(call, *args, record_class=Row)
+                self.completed += 1
+                return Result(rows)
+            except asyncpg.UndefinedFunctionError as exc:
+                # Dropped by an upgrade since the store looked (cortex._routines.install):
+                # the call did nothing; forget the routine and use a transaction.
+                if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
+                    raise
+                self.routines.pop(compiled.key, None)
+        if self.own_transaction is None:
+            raise StatementError("autocommit without a transaction to fall back on")
+        rows = await self.own_transaction(compiled.sql, args)
+        self.completed += 1
         return Result(rows)

@@ -174,6 +174,14 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     )
 
 
+def appends_in_one_statement(batch: EncodedBatch) -> bool:
+    """Whether appending ``batch`` writes with one statement (no ids to look up, no inputs to record)."""
+    return not any(batch.keyed) and not any(
+        q is not None or r is not None
+        for q, r in zip(batch.requested, batch.responses, strict=True)
+    )
+
+
 def _array(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=ARRAY(item))
 

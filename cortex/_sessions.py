@@ -533,7 +533,8 @@ async def resolve_default(
 ) -> Session:
     """The default session of (agent, exact scope), created if absent.
 
-    Concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` against the partial
+    A SELECT first (most calls find the default). If it finds none,
+    concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` against the partial
     unique index, then a *separate* SELECT. Under READ COMMITTED the SELECT
     takes a new snapshot and so sees a default another transaction committed
     while our INSERT waited on it; a single-statement form would not (its
@@ -546,9 +547,13 @@ async def resolve_default(
         **scope_columns(scope),
         **scope_params(scope),
     }
+    lookup = {**scope_params(scope), "new_agent_id": agent_id}
+    # Most runs find their default: look first, so that costs one statement.
+    row = (await conn.execute(_default_statement(), lookup)).first()
+    if row is not None:
+        return row_to_session(row)
     row = (await conn.execute(_resolve_insert_statement(distributed), params)).first()
     if row is None or distributed:  # on Citus the INSERT returned the id only
-        lookup = {**scope_params(scope), "new_agent_id": agent_id}
         row = (await conn.execute(_default_statement(), lookup)).first()
     if row is None:
         raise RetryTransaction
@@ -677,7 +682,8 @@ async def resolve_key(
 ) -> Session:
     """The session of ``agent_id`` keyed ``key`` at exactly ``scope``, created if absent.
 
-    Concurrency: as :func:`resolve_default`, ``INSERT ... ON CONFLICT DO
+    A SELECT first. If it finds none, concurrency: as
+    :func:`resolve_default`, ``INSERT ... ON CONFLICT DO
     NOTHING`` against ``uq_sessions_key``, then a separate SELECT, whose new
     snapshot (READ COMMITTED) sees the row a concurrent first write
     committed while our INSERT waited on it. Concurrent first writes under
@@ -691,6 +697,10 @@ async def resolve_key(
         "scope_tenant": scope.tenant,
         **scope_columns(scope),
     }
+    # Most calls find their session: look first, so that costs one statement.
+    found = await select_by_key(conn, scope, agent_id, key)
+    if found is not None:
+        return found
     row = (await conn.execute(_resolve_key_statement(distributed), params)).first()
     if row is not None and not distributed:  # on Citus the INSERT returned the id only
         return row_to_session(row)

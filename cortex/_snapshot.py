@@ -18,7 +18,8 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from cortex._db import (
     STALE_ERRORS,
@@ -58,7 +59,7 @@ class Snapshot:
 
 async def _open(
     engine: AsyncEngine, scope: Scope, custom_plans: bool
-) -> tuple[AsyncConnection, asyncpg.Connection]:
+) -> tuple[PoolProxiedConnection, asyncpg.Connection]:
     """Check out a connection and begin the snapshot on it.
 
     The checkout, the stale-connection rule and every cleanup are the

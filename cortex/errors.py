@@ -180,6 +180,11 @@ def translate(exc: BaseException) -> CortexError | None:
     if isinstance(exc, OSError):
         # asyncpg raises OSError subclasses (refused, reset, unreachable) on connect.
         return DatabaseUnavailable(f"cannot reach the database: {exc.strerror or exc}")
+    cause = exc.__cause__
+    if type(exc).__module__.startswith("sqlalchemy.") and cause is not None:
+        # SQLAlchemy's DB-API adapter wraps the driver's error (a connect made
+        # through the pool itself, cortex._db): the driver's error decides.
+        return translate(cause)
     return None
 
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import time
 from pathlib import Path
 from typing import Final, NamedTuple
 
+import asyncpg
 import sqlalchemy as sa
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -38,9 +40,10 @@ from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection
+from sqlalchemy.util import await_only
 
 from alembic import command, op
-from cortex import _backfill, _ddl
+from cortex import _backfill, _ddl, _routines
 from cortex._engine import make_engine, normalise_url
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
@@ -74,6 +77,8 @@ MIGRATION_LOCK_KEY: Final = int.from_bytes(b"cortex-m", "big") >> 1
 BACKFILL_REVISION: Final = "20260824000004"
 
 _PACKAGE = Path(__file__).resolve().parent
+log = logging.getLogger("cortex")
+
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -387,7 +392,9 @@ def grant_sql(role: str) -> list[str]:
     """
     if _ROLE.fullmatch(role) is None:
         raise InvalidInput(f"role: {role!r} is not a plain SQL identifier")
-    return [f'GRANT {privileges} ON {target} TO "{role}"' for privileges, target in _GRANTS]
+    grants = [f'GRANT {privileges} ON {target} TO "{role}"' for privileges, target in _GRANTS]
+    # The hot statements' routines (cortex._routines), whichever are installed.
+    return [*grants, _routines.grant_sql(role)]
 
 
 # Roles that hold cortex's write grants on sessions, other than its owner:
@@ -404,6 +411,43 @@ ORDER BY r.rolname
 """
 
 
+def application_roles(connection: Connection) -> list[str]:
+    """The roles holding cortex's write grants on ``sessions``, other than its owner."""
+    roles = connection.execute(sa.text(_GRANTED_ROLES_SQL)).scalars().all()
+    return [role for role in roles if _ROLE.fullmatch(role)]
+
+
+def install_routines(connection: Connection, script: ScriptDirectory) -> None:
+    """After every migration run: this code's routines at the head, none below it.
+
+    At the head, the hot statements become one-round-trip routines
+    (cortex._routines), each granted to every application role. Below it
+    (after a downgrade) this code's statements may not fit the schema, so
+    every routine is dropped; stores then run each call in a transaction.
+    On Citus nothing is installed: routines are not delegated to the
+    workers yet, and the store does not use them there.
+    """
+    if connection.execute(sa.text(_CITUS_SQL)).scalar():
+        return
+    at = (
+        connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+        if connection.execute(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
+        else []
+    )
+    if list(at) != [script.get_current_head()]:
+        connection.exec_driver_sql(_routines.drop_sql())
+        return
+    driver = connection.connection.driver_connection
+    if not isinstance(driver, asyncpg.Connection):  # not cortex's engine: nothing to prepare on
+        return
+    created, dropped = await_only(_routines.install(driver, application_roles(connection)))
+    if created or dropped:
+        log.info("routines: %d created, %d dropped", created, dropped)
+
+
+_CITUS_SQL: Final = "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')"
+
+
 def regrant_sql(connection: Connection) -> list[str]:
     """The grants that give every existing application role what this schema needs now.
 
@@ -414,7 +458,7 @@ def regrant_sql(connection: Connection) -> list[str]:
     :func:`grant_sql` is applied to each again, after every upgrade run
     (``alembic/env.py``). Idempotent; nothing to do before ``sessions`` exists.
     """
-    roles = connection.execute(sa.text(_GRANTED_ROLES_SQL)).scalars().all()
+    roles = application_roles(connection)
     if not roles:
         return []
     # After a downgrade some objects do not exist (yet): grant what is there.

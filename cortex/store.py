@@ -20,18 +20,19 @@ from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, TypeVar
 
+import asyncpg
 from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from cortex import _messages, _operator, _sessions
+from cortex import _messages, _operator, _routines, _sessions
 from cortex._db import run_transaction
 from cortex._engine import check_schema, make_engine
-from cortex._executor import Tx
+from cortex._executor import Routines, Tx
 from cortex._messages import SessionHistory
 from cortex._snapshot import read_snapshot
 from cortex._validate import boundary, encode_json, instance_of
-from cortex.errors import InvalidInput, NotFound
+from cortex.errors import InvalidInput, NotFound, translate_errors
 from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
@@ -116,11 +117,25 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
                 "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
                 engine.url.username or "the login role",
             )
+        routines = None if state.distributed else await _installed_routines(engine)
         yield Store(
-            engine, bypasses_row_level_security=state.bypasses_rls, distributed=state.distributed
+            engine,
+            bypasses_row_level_security=state.bypasses_rls,
+            distributed=state.distributed,
+            routines=routines,
         )
     finally:
         await engine.dispose()
+
+
+async def _installed_routines(engine: AsyncEngine) -> Routines:
+    """The hot statements' routines in the database (cortex._routines), found once at connect."""
+    with translate_errors():
+        async with engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            if not isinstance(driver, asyncpg.Connection):
+                return {}
+            return await _routines.available(driver)
 
 
 def _sid(session_id: str, field: str = "session_id") -> uuid.UUID:
@@ -152,10 +167,23 @@ class Store:
         *,
         bypasses_row_level_security: bool = False,
         distributed: bool = False,
+        routines: Routines | None = None,
     ) -> None:
         self._engine = engine
         self._bypasses_rls = bypasses_row_level_security
         self._distributed = distributed
+        # One-round-trip routines of the hot statements (cortex._routines); shared
+        # by every call, and one found dropped is removed (cortex._executor.Tx).
+        self._routines: Routines = routines or {}
+
+    @property
+    def routines(self) -> int:
+        """How many hot statement shapes run as one-round-trip routines (0: none installed).
+
+        ``cortex db upgrade`` installs them; a store connected to a database
+        without them runs every call in a transaction of three round trips.
+        """
+        return len(self._routines)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -185,10 +213,20 @@ class Store:
         body: Callable[[Tx], Awaitable[T]],
         *,
         flt: ListFilter | None = None,
+        single: bool = False,
     ) -> T:
+        """Run ``body`` in a transaction bound to ``scope``.
+
+        ``single``: the body writes with one statement at most, so each of
+        its statements may be a transaction of its own, run through its
+        routine in one round trip (when routines are installed).
+        """
         # A search is planned for its own term each time (see cortex._db).
         custom_plans = flt is not None and bool(flt.search)
-        return await run_transaction(self._engine, scope, body, custom_plans=custom_plans)
+        routines = self._routines if single and self._routines else None
+        return await run_transaction(
+            self._engine, scope, body, custom_plans=custom_plans, routines=routines
+        )
 
     # --- sessions -------------------------------------------------------------
 
@@ -259,7 +297,10 @@ class Store:
             # Read again: the merged view now includes the scopes' documents.
             return await _sessions.select_session(conn, scope, sid)
 
-        return await self._run(scope, body)
+        # One INSERT, unless the id is the caller's (lock, lookup, insert) or
+        # scope state is merged too.
+        single = session_id is None and deltas is None and not self._distributed
+        return await self._run(scope, body, single=single)
 
     @boundary
     async def get_session_by_key(self, agent_id: AgentId, key: SessionKey) -> Session:
@@ -277,7 +318,7 @@ class Store:
                 raise NotFound(f"no session of agent {agent_id!r} keyed {key!r} in {scope}")
             return session
 
-        return await self._run(scope, body)
+        return await self._run(scope, body, single=True)
 
     @boundary
     async def get_scope_data(self, scope: str | None = None) -> dict[str, Any]:
@@ -305,7 +346,9 @@ class Store:
             InvalidInput: a malformed id.
         """
         scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
+        return await self._run(
+            scope, lambda conn: _sessions.select_session(conn, scope, sid), single=True
+        )
 
     @boundary
     async def update_session(self, session: ASession) -> Session:
@@ -358,6 +401,7 @@ class Store:
                 distributed=self._distributed,
             ),
             flt=flt,
+            single=True,
         )
 
     @boundary
@@ -368,6 +412,7 @@ class Store:
             scope,
             lambda conn: _sessions.count_sessions(conn, scope, flt, distributed=self._distributed),
             flt=flt,
+            single=True,
         )
 
     @boundary
@@ -451,6 +496,7 @@ class Store:
                 lambda conn: _sessions.resolve_key(
                     conn, scope, agent_id, key, distributed=self._distributed
                 ),
+                single=True,
             )
         if session_id is None:
             return await self._run(
@@ -458,9 +504,12 @@ class Store:
                 lambda conn: _sessions.resolve_default(
                     conn, scope, agent_id, distributed=self._distributed
                 ),
+                single=True,
             )
         sid = _sid(session_id)
-        session = await self._run(scope, lambda conn: _sessions.select_session(conn, scope, sid))
+        session = await self._run(
+            scope, lambda conn: _sessions.select_session(conn, scope, sid), single=True
+        )
         if session.agent_id != agent_id:
             raise NotFound(f"session {session_id} not found")
         return session
@@ -536,6 +585,9 @@ class Store:
                 expected_count=expected_count,
                 distributed=self._distributed,
             ),
+            single=deltas is None
+            and not self._distributed
+            and _messages.appends_in_one_statement(batch),
         )
 
     @boundary
@@ -572,6 +624,7 @@ class Store:
             lambda conn: _messages.list_messages(
                 conn, scope, sid, after_seq=after_seq, limit=limit, since=since
             ),
+            single=True,
         )
 
     @boundary
@@ -628,6 +681,7 @@ class Store:
         return await self._run(
             scope,
             lambda conn: _messages.recent_messages(conn, scope, sid, before_seq=bound, limit=limit),
+            single=True,
         )
 
     @boundary
@@ -648,6 +702,7 @@ class Store:
         return await self._run(
             scope,
             lambda conn: _messages.select_session_with_messages(conn, scope, sid, limit=limit),
+            single=True,
         )
 
     # --- operator surface -------------------------------------------------------

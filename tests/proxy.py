@@ -1,5 +1,7 @@
 """A TCP proxy in front of PostgreSQL that can drop a connection right after it forwards COMMIT.
 
+It also counts the round trips its clients make (``round_trips``).
+
 It speaks just enough of the frontend protocol to find message boundaries:
 the untyped startup packets (SSLRequest, GSSENCRequest, StartupMessage), then
 typed messages (one type byte, an int32 length). When armed, the first
@@ -26,6 +28,9 @@ class CommitDropProxy:
         self.host, self.port = host, port
         self.armed = 0
         self.dropped = 0
+        # Requests the clients waited on: a simple Query, or a Sync ending an
+        # extended-protocol batch (Parse/Bind/Execute).
+        self.round_trips = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -102,6 +107,8 @@ class CommitDropProxy:
             await to_server.drain()
             if kind == b"X":
                 return
+            if kind in (b"Q", b"S"):
+                self.round_trips += 1
             if self.armed and kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT"):
                 self.armed -= 1
                 self.dropped += 1

@@ -1,0 +1,213 @@
+"""Hot statements as server-side routines: tenant binding and statement in one round trip.
+
+A call inside a transaction costs three round trips: ``BEGIN`` with the
+tenant binding, the statement, ``COMMIT``. Most calls run one statement, so
+``cortex db upgrade`` installs each hot statement shape as a PL/pgSQL
+function that binds the tenant transaction-locally
+(``set_config('cortex.tenant', …, true)``) and runs the very SQL cortex
+would send, and the store calls it in autocommit: one round trip, one
+implicit transaction, the binding gone when it ends (so PgBouncer's
+transaction mode stays safe). PL/pgSQL keeps each statement's plan the way a
+prepared statement does.
+
+Nothing here is a second copy of cortex's SQL: every routine's body is the
+compiled text of a statement builder (cortex._sessions, cortex._messages),
+and its signature is what PostgreSQL reports when it prepares that text. The
+routine's name is a digest of body and signature; its comment is the digest
+of the SQL alone, which is how the store finds it (:func:`available`). A
+store that finds no routine for a statement (a database upgraded by older
+code, an offline install, a routine dropped by a later upgrade) runs the
+statement in its own transaction instead: slower, never different.
+
+Routines are SECURITY INVOKER: the caller's rights and row-level security
+apply exactly as to the statement sent directly, and the tenant a routine
+binds is one the application role could bind itself (SECURITY.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+from collections.abc import Iterator
+from typing import Any, Final
+
+import asyncpg
+import sqlalchemy as sa
+
+from cortex import _messages, _sessions
+from cortex._executor import compile_statement, routine_key
+from cortex._filters import FilterShape
+from cortex._tables import TENANT_SETTING
+
+__all__ = ["PREFIX", "available", "drop_sql", "grant_sql", "hot_statements", "install"]
+
+log = logging.getLogger("cortex")
+
+PREFIX: Final = "cortex_r_"
+
+# Every cortex routine in the current schema, as regprocedure (name and argument types).
+_ROUTINES_SQL: Final = r"""
+SELECT p.oid::regprocedure::text AS signature, p.proname::text AS name, p.pronargs AS arguments,
+       pg_catalog.obj_description(p.oid, 'pg_proc') AS key
+FROM pg_catalog.pg_proc AS p
+WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+  AND p.proname LIKE 'cortex\_r\_%'
+"""
+
+_DEPTHS: Final = (1, 2, 3)
+
+
+def _listing_shapes() -> Iterator[FilterShape]:
+    # The listings a request path runs: no search (planned per term), no
+    # state filter (operators' views), plain PostgreSQL.
+    for depth, exact, agent, default_only in itertools.product(
+        _DEPTHS, (False, True), (False, True), (False, True)
+    ):
+        yield FilterShape(depth, exact, agent, default_only, False, None, False)
+
+
+def hot_statements() -> list[sa.ClauseElement]:
+    """The statement shapes installed as routines (each SQL text once): what one-statement calls run."""
+    out: list[sa.ClauseElement] = [
+        _sessions._insert_statement(False),
+        _sessions._resolve_insert_statement(),
+        _sessions._default_statement(),
+        _sessions._resolve_key_statement(),
+        _sessions._by_key_statement(),
+    ]
+    for depth in _DEPTHS:
+        out.append(_sessions._select_statement(depth, False))
+        out.append(_messages._history_statement(depth))
+        for with_data, expected in itertools.product((False, True), repeat=2):
+            out.append(_messages._append_statement(depth, with_data, expected))
+        for newest_first, since in ((False, False), (False, True), (True, False)):
+            out.append(_messages._page_statement(depth, newest_first=newest_first, since=since))
+    for shape in _listing_shapes():
+        out.append(_sessions._count_statement(shape))
+        for cursor in (False, True):
+            out.append(_sessions._page_statement(shape, cursor=cursor, offset=False))
+    # Shapes that compile alike (an exact-scope listing is one shape at every depth) are one.
+    distinct = {compile_statement(stmt).key: stmt for stmt in out}
+    return list(distinct.values())
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+async def _type_names(driver: asyncpg.Connection, oids: list[int]) -> list[str]:
+    rows = await driver.fetch(
+        "SELECT pg_catalog.format_type(t.oid, NULL) AS name"
+        " FROM unnest($1::oid[]) WITH ORDINALITY AS t(oid, i) ORDER BY t.i",
+        oids,
+    )
+    return [row["name"] for row in rows]
+
+
+async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> tuple[str, str, str]:
+    """(name, CREATE FUNCTION, key) for one statement shape.
+
+    Raises:
+        ValueError: the shape cannot be a routine (no tenant parameter, no
+            result columns, or two result columns with one name).
+    """
+    compiled = compile_statement(stmt)
+    if "scope_tenant" not in compiled.order:
+        raise ValueError("the statement binds no tenant")
+    prepared = await driver.prepare(compiled.sql)
+    params = await _type_names(driver, [t.oid for t in prepared.get_parameters()])
+    attributes = prepared.get_attributes()
+    columns = [a.name for a in attributes]
+    if not columns or len(set(columns)) != len(columns):
+        raise ValueError("a routine needs result columns with distinct names")
+    results = await _type_names(driver, [a.type.oid for a in attributes])
+    tenant = compiled.order.index("scope_tenant") + 1
+    signature = ", ".join(params)
+    returns = ", ".join(f"{_quote(c)} {t}" for c, t in zip(columns, results, strict=True))
+    digest = hashlib.sha256(f"{compiled.sql}\n{signature}\n{returns}".encode()).hexdigest()
+    name = PREFIX + digest[:24]
+    body = (
+        "#variable_conflict use_column\n"
+        "BEGIN\n"
+        f"  PERFORM pg_catalog.set_config('{TENANT_SETTING}', ${tenant}, true);\n"
+        f"  RETURN QUERY {compiled.sql};\n"
+        "END\n"
+    )
+    if "$cortex$" in body:  # never: the SQL is compiled from cortex's own builders
+        raise ValueError("the statement contains the body's quote tag")
+    create = (
+        f"CREATE FUNCTION {name}({signature}) RETURNS TABLE ({returns})"
+        f" LANGUAGE plpgsql VOLATILE AS $cortex${body}$cortex$"
+    )
+    return name, create, routine_key(compiled.sql)
+
+
+def drop_sql() -> str:
+    """One statement that drops every cortex routine in the current schema (after a downgrade)."""
+    return (
+        "DO $cortex$ DECLARE f text; BEGIN"
+        f" FOR f IN SELECT signature FROM ({_ROUTINES_SQL}) AS r LOOP"
+        " EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $cortex$"
+    )
+
+
+def grant_sql(role: str) -> str:
+    """One statement granting EXECUTE on every cortex routine to ``role`` (a plain identifier)."""
+    return (
+        "DO $cortex$ DECLARE f text; BEGIN"
+        f" FOR f IN SELECT signature FROM ({_ROUTINES_SQL}) AS r LOOP"
+        f" EXECUTE 'GRANT EXECUTE ON FUNCTION ' || f || ' TO {_quote(role)}'; END LOOP; END $cortex$"
+    )
+
+
+async def install(driver: asyncpg.Connection, roles: list[str]) -> tuple[int, int]:
+    """Make the current schema's routines exactly this code's hot statements; (created, dropped).
+
+    Routines this code does not use (an older release's, or ones whose
+    statement no longer prepares against the schema) are dropped; a store
+    that still calls one falls back to a transaction (cortex._executor).
+    Existing routines with this code's name are kept as they are: the name
+    is a digest of the body and the signature. ``roles`` (the application
+    roles) get EXECUTE on each. Run as the owner, under the migration lock.
+    """
+    wanted: dict[str, tuple[str, str]] = {}
+    for stmt in hot_statements():
+        try:
+            name, create, key = await _definition(driver, stmt)
+        except (ValueError, asyncpg.PostgresError) as exc:
+            log.warning("statement not installed as a routine: %s", exc)
+            continue
+        wanted[name] = (create, key)
+    present = {row["name"]: row["signature"] for row in await driver.fetch(_ROUTINES_SQL)}
+    dropped = 0
+    for name, signature in present.items():
+        if name not in wanted:
+            await driver.execute(f"DROP FUNCTION {signature}")
+            dropped += 1
+    created = 0
+    for name, (create, key) in wanted.items():
+        if name not in present:
+            await driver.execute(create)
+            await driver.execute(f"COMMENT ON FUNCTION {name} IS '{key}'")
+            created += 1
+        for role in roles:
+            await driver.execute(f"GRANT EXECUTE ON FUNCTION {name} TO {_quote(role)}")
+    return created, dropped
+
+
+async def available(driver: asyncpg.Connection) -> dict[str, str]:
+    """The routines installed: statement key (:func:`cortex._executor.routine_key`) to call SQL."""
+    found: dict[str, str] = {}
+    clashes: set[str] = set()
+    for row in await driver.fetch(_ROUTINES_SQL):
+        key: Any = row["key"]
+        if not isinstance(key, str):
+            continue
+        placeholders = ", ".join(f"${i}" for i in range(1, row["arguments"] + 1))
+        if key in found:
+            clashes.add(key)
+        found[key] = f"SELECT * FROM {row['name']}({placeholders})"
+    for key in clashes:  # two routines claim one statement: trust neither
+        del found[key]
+    return found

@@ -1,0 +1,171 @@
+"""One round trip per hot call, through the routines ``cortex db upgrade`` installs.
+
+Round trips are counted outside cortex, by a TCP proxy between the store and
+PostgreSQL that counts the requests a client waits on (a simple Query, or a
+Sync ending an extended-protocol batch). Each call runs twice first, so
+asyncpg has prepared its statement; the third is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio.to_thread
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+import cortex
+from cortex import ListFilter, NewMessage, use_scope
+from cortex._executor import compile_statement
+from cortex._routines import drop_sql, hot_statements
+from cortex._sessions import _select_statement
+from cortex.ids import parse_id
+from cortex.migrate import upgrade
+from tests.conftest import CITUS_URL, Database
+from tests.proxy import CommitDropProxy, commit_drop_proxy
+
+pytestmark = pytest.mark.skipif(
+    CITUS_URL is not None, reason="routines are not installed on Citus (docs/citus.md)"
+)
+
+_ROUTINES = r"SELECT count(*) FROM pg_proc WHERE proname LIKE 'cortex\_r\_%'"
+
+
+@pytest.fixture
+async def proxy(database: Database) -> AsyncIterator[CommitDropProxy]:
+    url = make_url(database.app_url)
+    async with commit_drop_proxy(url.host or "127.0.0.1", url.port or 5432) as p:
+        yield p
+
+
+def _through(database: Database, proxy: CommitDropProxy) -> Any:
+    url = make_url(database.app_url).set(host="127.0.0.1", port=proxy.listen_port)
+    return cortex.connect(url, connect_args={"ssl": False}, pool_size=1, max_overflow=0)
+
+
+async def _round_trips(proxy: CommitDropProxy, call: Callable[[], Awaitable[Any]]) -> int:
+    await call()
+    await call()
+    before = proxy.round_trips
+    await call()
+    return proxy.round_trips - before
+
+
+async def test_upgrade_installs_every_hot_statement(
+    store: cortex.Store, owner_conn: asyncpg.Connection
+) -> None:
+    installed = await owner_conn.fetchval(_ROUTINES)
+    assert installed == len(hot_statements()) == store.routines
+    # Invoker's rights, so row-level security applies inside them as outside.
+    definers = await owner_conn.fetchval(
+        r"SELECT count(*) FROM pg_proc WHERE proname LIKE 'cortex\_r\_%' AND prosecdef"
+    )
+    assert definers == 0
+
+
+async def test_hot_calls_take_one_round_trip(
+    database: Database, proxy: CommitDropProxy, tenant: str
+) -> None:
+    async with _through(database, proxy) as store:
+        with use_scope(f"{tenant}/team/user"):
+            s = await store.create_session("bot", key="k")
+            await store.append_message(s.id, NewMessage("user", "hello"))
+            await store.resolve_session("bot")
+            calls: dict[str, Callable[[], Awaitable[Any]]] = {
+                "create_session": lambda: store.create_session("bot", title="t"),
+                "get_session": lambda: store.get_session(s.id),
+                "get_session_by_key": lambda: store.get_session_by_key("bot", "k"),
+                "list_sessions": lambda: store.list_sessions(),
+                "list_sessions(agent, exact)": lambda: store.list_sessions(
+                    ListFilter(agent_id="bot", exact=True, default_only=True)
+                ),
+                "count_sessions": lambda: store.count_sessions(),
+                "append_message": lambda: store.append_message(s.id, NewMessage("user", "x")),
+                "append_messages(data)": lambda: store.append_messages(
+                    s.id, [NewMessage("user", "y")], data={"k": 1}
+                ),
+                "resolve_session (exists)": lambda: store.resolve_session("bot"),
+                "resolve_session(key) (exists)": lambda: store.resolve_session("bot", key="k"),
+                "resolve_session(session_id)": lambda: store.resolve_session("bot", s.id),
+                "list_messages": lambda: store.list_messages(s.id),
+                "recent_messages": lambda: store.recent_messages(s.id),
+                "get_session_with_messages": lambda: store.get_session_with_messages(s.id),
+            }
+            counted = {name: await _round_trips(proxy, call) for name, call in calls.items()}
+            # A transaction still takes three: BEGIN with the binding, the statement, COMMIT.
+            counted["update_session (a transaction)"] = await _round_trips(
+                proxy, lambda: store.update_session(s)
+            )
+    assert counted == {name: 1 for name in calls} | {"update_session (a transaction)": 3}
+
+
+async def test_a_call_that_fails_after_its_statement_leaves_the_connection_clean(
+    database: Database, proxy: CommitDropProxy, tenant: str
+) -> None:
+    # NotFound is decided in Python after the one statement: no ROLLBACK is
+    # needed, none is sent, and the connection serves the next call.
+    async with _through(database, proxy) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            await store.delete_session(s.id)
+
+            async def missing() -> None:
+                with pytest.raises(cortex.NotFound):
+                    await store.get_session(s.id)
+
+            assert await _round_trips(proxy, missing) == 1
+            assert (await store.create_session("bot")).agent_id == "bot"
+
+
+async def test_the_binding_ends_with_the_call(
+    store: cortex.Store, app_conn: asyncpg.Connection, tenant: str, other_tenant: str
+) -> None:
+    # A routine binds the tenant for its own implicit transaction only: the
+    # next statement on the same connection (PgBouncer's next client) has none.
+    with use_scope(tenant):
+        s = await store.create_session("bot")
+    compiled = compile_statement(_select_statement(1, False))
+    routine = store._routines[compiled.key]
+    values = {"scope_tenant": tenant, "target_id": parse_id("ses", s.id)}
+    rows = await app_conn.fetch(routine, *[values[name] for name in compiled.order])
+    assert [row["id"] for row in rows] == [parse_id("ses", s.id)]
+    assert await app_conn.fetchval("SELECT current_setting('cortex.tenant', true)") in (None, "")
+    assert await app_conn.fetchval("SELECT count(*) FROM sessions") == 0
+    # Another tenant's binding reads nothing of this one's.
+    values["scope_tenant"] = other_tenant
+    assert await app_conn.fetch(routine, *[values[name] for name in compiled.order]) == []
+
+
+async def test_without_routines_every_call_is_a_transaction(
+    database: Database, proxy: CommitDropProxy, owner_conn: asyncpg.Connection, tenant: str
+) -> None:
+    # A database upgraded by code that installs none (or by `cortex db sql`):
+    # the same calls, three round trips each, the same answers. Then a store
+    # that found routines at connect sees them dropped under it: it falls
+    # back, call by call, without an error.
+    async with _through(database, proxy) as before:
+        assert before.routines == len(hot_statements())
+        await owner_conn.execute(drop_sql())
+        try:
+            async with _through(database, proxy) as store:
+                assert store.routines == 0
+                with use_scope(tenant):
+                    s = await store.create_session("bot")
+                    stored = await store.append_message(s.id, NewMessage("user", "hi"))
+                    assert stored.seq == 1
+                    assert await _round_trips(proxy, lambda: store.get_session(s.id)) == 3
+                    assert (await store.resolve_session("bot")).is_default
+            with use_scope(tenant):
+                assert (await before.get_session(s.id)).message_count == 1
+                assert (await before.append_message(s.id, NewMessage("user", "again"))).seq == 2
+                assert before.routines < len(hot_statements())
+        finally:
+            await _reinstall(database)
+    assert await owner_conn.fetchval(_ROUTINES) == len(hot_statements())
+
+
+async def _reinstall(database: Database) -> None:
+    # `cortex db upgrade` at the head installs them again (alembic/env.py).
+    await anyio.to_thread.run_sync(upgrade, database.owner_url)
