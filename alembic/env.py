@@ -108,7 +108,10 @@ def _do_run_migrations(connection: Connection) -> None:
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):
             connection.execute(sa.text(statement))
-        # The hot statements as one-round-trip routines, or none below the head.
+        # The hot statements as one-round-trip routines, or none below the head,
+        # in a transaction of their own (Citus distributes each function over
+        # one connection per node, which an earlier parallel DDL would forbid).
+        connection.commit()
         install_routines(connection, ScriptDirectory.from_config(config))
         # Which code this schema serves now (revision 20261201000010).
         record_compatibility(connection, ScriptDirectory.from_config(config))

@@ -30,7 +30,7 @@ import hashlib
 import itertools
 import logging
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import asyncpg
 import sqlalchemy as sa
@@ -57,33 +57,41 @@ WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
 
 _DEPTHS: Final = (1, 2, 3)
 
+# Parameters that carry the caller's tenant (cortex._filters.scope_params, cortex._sessions.scope_columns).
+_TENANT_PARAMS: Final = ("scope_tenant", "new_tenant_id")
 
-def _listing_shapes() -> Iterator[FilterShape]:
+
+def _listing_shapes(distributed: bool) -> Iterator[FilterShape]:
     # The listings a request path runs: no search (planned per term), no
-    # state filter (operators' views), plain PostgreSQL.
+    # state filter (operators' views).
     for depth, exact, agent, default_only in itertools.product(
         _DEPTHS, (False, True), (False, True), (False, True)
     ):
-        yield FilterShape(depth, exact, agent, default_only, False, None, False)
+        yield FilterShape(depth, exact, agent, default_only, False, None, distributed)
 
 
-def hot_statements() -> list[sa.ClauseElement]:
-    """The statement shapes installed as routines (each SQL text once): what one-statement calls run."""
+def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
+    """The statement shapes installed as routines (each SQL text once): what one-statement calls run.
+
+    ``distributed`` (Citus): the shapes the store sends there, and no
+    append (two router statements in a transaction there, cortex._messages).
+    """
     out: list[sa.ClauseElement] = [
-        _sessions._insert_statement(False),
-        _sessions._resolve_insert_statement(),
+        _sessions._insert_statement(False, distributed),
+        _sessions._resolve_insert_statement(distributed),
         _sessions._default_statement(),
-        _sessions._resolve_key_statement(),
+        _sessions._resolve_key_statement(distributed),
         _sessions._by_key_statement(),
     ]
     for depth in _DEPTHS:
         out.append(_sessions._select_statement(depth, False))
         out.append(_messages._history_statement(depth))
-        for with_data, expected in itertools.product((False, True), repeat=2):
-            out.append(_messages._append_statement(depth, with_data, expected))
+        if not distributed:
+            for with_data, expected in itertools.product((False, True), repeat=2):
+                out.append(_messages._append_statement(depth, with_data, expected))
         for newest_first, since in ((False, False), (False, True), (True, False)):
             out.append(_messages._page_statement(depth, newest_first=newest_first, since=since))
-    for shape in _listing_shapes():
+    for shape in _listing_shapes(distributed):
         out.append(_sessions._count_statement(shape))
         for cursor in (False, True):
             out.append(_sessions._page_statement(shape, cursor=cursor, offset=False))
@@ -105,15 +113,25 @@ async def _type_names(driver: asyncpg.Connection, oids: list[int]) -> list[str]:
     return [row["name"] for row in rows]
 
 
-async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> tuple[str, str, str]:
-    """(name, CREATE FUNCTION, key) for one statement shape.
+class _Definition(NamedTuple):
+    name: str
+    create: str
+    key: str
+    signature: str  # name(argument types), as regprocedure prints it
+    tenant: int  # the position of the tenant argument, from 1
+
+
+async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> _Definition:
+    """How one statement shape becomes a routine.
 
     Raises:
         ValueError: the shape cannot be a routine (no tenant parameter, no
             result columns, or two result columns with one name).
     """
     compiled = compile_statement(stmt)
-    if "scope_tenant" not in compiled.order:
+    # The bound tenant: the scope's, or (an INSERT that reads nothing back) the new row's.
+    bound = [name for name in _TENANT_PARAMS if name in compiled.order]
+    if not bound:
         raise ValueError("the statement binds no tenant")
     prepared = await driver.prepare(compiled.sql)
     params = await _type_names(driver, [t.oid for t in prepared.get_parameters()])
@@ -122,7 +140,7 @@ async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> tup
     if not columns or len(set(columns)) != len(columns):
         raise ValueError("a routine needs result columns with distinct names")
     results = await _type_names(driver, [a.type.oid for a in attributes])
-    tenant = compiled.order.index("scope_tenant") + 1
+    tenant = compiled.order.index(bound[0]) + 1
     signature = ", ".join(params)
     returns = ", ".join(f"{_quote(c)} {t}" for c, t in zip(columns, results, strict=True))
     digest = hashlib.sha256(f"{compiled.sql}\n{signature}\n{returns}".encode()).hexdigest()
@@ -140,7 +158,7 @@ async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> tup
         f"CREATE FUNCTION {name}({signature}) RETURNS TABLE ({returns})"
         f" LANGUAGE plpgsql VOLATILE AS $cortex${body}$cortex$"
     )
-    return name, create, routine_key(compiled.sql)
+    return _Definition(name, create, routine_key(compiled.sql), f"{name}({signature})", tenant)
 
 
 def drop_sql() -> str:
@@ -161,7 +179,9 @@ def grant_sql(role: str) -> str:
     )
 
 
-async def install(driver: asyncpg.Connection, roles: list[str]) -> tuple[int, int]:
+async def install(
+    driver: asyncpg.Connection, roles: list[str], *, distributed: bool = False
+) -> tuple[int, int]:
     """Make the current schema's routines exactly this code's hot statements; (created, dropped).
 
     Routines this code does not use (an older release's, or ones whose
@@ -170,15 +190,20 @@ async def install(driver: asyncpg.Connection, roles: list[str]) -> tuple[int, in
     Existing routines with this code's name are kept as they are: the name
     is a digest of the body and the signature. ``roles`` (the application
     roles) get EXECUTE on each. Run as the owner, under the migration lock.
+
+    ``distributed`` (a Citus coordinator): each routine is distributed by
+    its tenant argument and co-located with ``sessions``, so Citus pushes a
+    call down to the worker holding the tenant's shards, where the binding
+    and the statement run next to the data (docs/citus.md).
     """
-    wanted: dict[str, tuple[str, str]] = {}
-    for stmt in hot_statements():
+    wanted: dict[str, _Definition] = {}
+    for stmt in hot_statements(distributed):
         try:
-            name, create, key = await _definition(driver, stmt)
+            definition = await _definition(driver, stmt)
         except (ValueError, asyncpg.PostgresError) as exc:
             log.warning("statement not installed as a routine: %s", exc)
             continue
-        wanted[name] = (create, key)
+        wanted[definition.name] = definition
     present = {row["name"]: row["signature"] for row in await driver.fetch(_ROUTINES_SQL)}
     dropped = 0
     for name, signature in present.items():
@@ -186,10 +211,17 @@ async def install(driver: asyncpg.Connection, roles: list[str]) -> tuple[int, in
             await driver.execute(f"DROP FUNCTION {signature}")
             dropped += 1
     created = 0
-    for name, (create, key) in wanted.items():
+    for name, definition in wanted.items():
         if name not in present:
-            await driver.execute(create)
-            await driver.execute(f"COMMENT ON FUNCTION {name} IS '{key}'")
+            await driver.execute(definition.create)
+            await driver.execute(f"COMMENT ON FUNCTION {name} IS '{definition.key}'")
+            if distributed:
+                await driver.execute(
+                    "SELECT create_distributed_function($1::regprocedure, $2,"
+                    " colocate_with := 'sessions')",
+                    definition.signature,
+                    f"${definition.tenant}",
+                )
             created += 1
         for role in roles:
             await driver.execute(f"GRANT EXECUTE ON FUNCTION {name} TO {_quote(role)}")

@@ -424,11 +424,13 @@ def install_routines(connection: Connection, script: ScriptDirectory) -> None:
     (cortex._routines), each granted to every application role. Below it
     (after a downgrade) this code's statements may not fit the schema, so
     every routine is dropped; stores then run each call in a transaction.
-    On Citus nothing is installed: routines are not delegated to the
-    workers yet, and the store does not use them there.
+    On Citus each is distributed by its tenant argument, so a call runs on
+    the worker holding the tenant's shards.
     """
-    if connection.execute(sa.text(_CITUS_SQL)).scalar():
-        return
+    distributed = bool(connection.execute(sa.text(_CITUS_SQL)).scalar())
+    if distributed:
+        # create_distributed_function needs one connection per node throughout.
+        connection.execute(sa.text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
     at = (
         connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
         if connection.execute(sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar()
@@ -440,7 +442,9 @@ def install_routines(connection: Connection, script: ScriptDirectory) -> None:
     driver = connection.connection.driver_connection
     if not isinstance(driver, asyncpg.Connection):  # not cortex's engine: nothing to prepare on
         return
-    created, dropped = await_only(_routines.install(driver, application_roles(connection)))
+    created, dropped = await_only(
+        _routines.install(driver, application_roles(connection), distributed=distributed)
+    )
     if created or dropped:
         log.info("routines: %d created, %d dropped", created, dropped)
 

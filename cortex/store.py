@@ -117,7 +117,7 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
                 "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
                 engine.url.username or "the login role",
             )
-        routines = None if state.distributed else await _installed_routines(engine)
+        routines = await _installed_routines(engine)
         yield Store(
             engine,
             bypasses_row_level_security=state.bypasses_rls,
@@ -299,7 +299,7 @@ class Store:
 
         # One INSERT, unless the id is the caller's (lock, lookup, insert) or
         # scope state is merged too.
-        single = session_id is None and deltas is None and not self._distributed
+        single = session_id is None and deltas is None
         return await self._run(scope, body, single=single)
 
     @boundary
