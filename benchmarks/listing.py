@@ -24,15 +24,13 @@ from benchmarks._common import (
     Floor,
     Result,
     Side,
-    bind,
-    compile_statement,
     latency_ratio,
+    listing_sql,
 )
 from benchmarks.seed import seed
 from cortex import ListFilter, SessionState, use_scope
 from cortex._db import begin_sql, run_transaction
-from cortex._filters import cursor_params, filter_params, filter_shape
-from cortex._sessions import _count_statement, _page_statement, select_page
+from cortex._sessions import select_page
 from cortex.scope import Scope
 
 
@@ -173,23 +171,15 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
         try:
             for q in queries(org0):
                 scope = Scope.parse(q.scope)
-                shape = filter_shape(scope, q.flt, distributed=store.distributed)
-                values = {
-                    **filter_params(scope, q.flt),
-                    "limit": q.flt.page_size,
-                    "offset": q.flt.offset,
-                }
                 cursor = await _cursor_at(db.owner_url, scope.tenant, q.depth)
-                if q.count:
-                    stmt: Any = _count_statement(shape)
-                elif q.name.startswith("iter"):
-                    stmt = _page_statement(shape, cursor=cursor is not None, offset=False)
-                    if cursor is not None:
-                        values.update(cursor_params(*cursor))
-                else:
-                    stmt = _page_statement(shape, cursor=False, offset=q.flt.offset > 0)
-                sql, order = compile_statement(stmt)
-                args = bind(order, values)
+                sql, args = listing_sql(
+                    scope,
+                    q.flt,
+                    distributed=store.distributed,
+                    count=q.count,
+                    keyset=q.name.startswith("iter"),
+                    cursor=cursor,
+                )
                 custom = bool(q.flt.search)
 
                 async def cortex_call(
