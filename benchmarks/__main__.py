@@ -116,6 +116,7 @@ async def _run_memory(server: str, args: argparse.Namespace) -> dict[str, Any]:
         "params": params.__dict__,
         **facts,
         "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "report": report,
         "invariants_ok": ok,
     }
@@ -147,6 +148,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
         "params": vars(params) if hasattr(params, "__dict__") else params.__dict__,
         **facts,
         "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "results": [r.as_dict() for r in results],
         "invariants_ok": ok,
     }
