@@ -135,7 +135,7 @@ async def _cursor_at(owner_url: str, tenant: str, depth: int) -> tuple[Any, Any]
     return None if row is None else (row["updated_at"], row["id"])
 
 
-async def _plan_line(app_url: str, tenant: str, sql: str, args: list[Any], custom: bool) -> str:
+async def plan_line(app_url: str, tenant: str, sql: str, args: list[Any], custom: bool) -> str:
     """The key line of the plan the application role gets: index used, rows."""
     conn = await asyncpg.connect(app_url, statement_cache_size=0)
     try:
@@ -227,7 +227,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                         side.latencies.append(time.perf_counter() - t)
                         side.ops += 1
                     side.wall += time.perf_counter() - begin
-                plan = await _plan_line(db.app_url, scope.tenant, sql, args, custom)
+                plan = await plan_line(db.app_url, scope.tenant, sql, args, custom)
                 result = Result(
                     q.name,
                     cortex_side.summary(),

@@ -52,12 +52,16 @@ from benchmarks._common import (
     timed_workers,
 )
 from benchmarks.append import check_invariants
+from benchmarks.listing import plan_line
 from cortex import ListFilter, NewMessage, use_scope
 from cortex.ids import new_uuid, parse_id
 from cortex.scope import Scope
 
 SCOPE: Final = Scope.parse("bench/team/user")
-LIST_SCOPE: Final = Scope.parse("bench/team/lister")
+# The listed user, one of LIST_USERS whose sessions interleave in time in one tenant.
+LIST_USERS: Final = 10
+LIST_USER: Final = "user3"
+LIST_SCOPE: Final = Scope.parse(f"listing/team/{LIST_USER}")
 AGENT: Final = "bench"
 # 200 bytes of message content for every side.
 TEXT: Final = ("the quick brown fox jumps over the lazy dog " * 5)[:200]
@@ -134,7 +138,7 @@ _LABELS: Final = {
 class Params:
     n: int = 2000  # operations per side per concurrent mode (the sequential mode: n // 4)
     concurrency: int = 8
-    list_sessions: int = 1000  # sessions of the listed user (cortex and the physical floor)
+    list_sessions: int = 1000  # sessions of each of the LIST_USERS users (cortex, physical floor)
     repeats: int = 200  # timed listing calls per side
     existing: int = 50  # resolve: pairs that already have their default
     rounds: int = 2  # each side's block runs this often, the order rotating
@@ -316,7 +320,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
             invariants_ok = await _appends(lines, p, store, same, phys_pool, peers, db)
             await _creates(lines, p, store, same, phys_pool)
             await _resolves(lines, p, store, same, phys_pool)
-            await _listings(lines, p, store, same_pool, phys_pool, peers)
+            await _listings(lines, p, db, store, same_pool, phys_pool, peers)
     finally:
         await phys_pool.close()
         await same_pool.close()
@@ -517,45 +521,68 @@ async def _resolves(
 
 
 async def _seed_listings(
-    p: Params, store: cortex.Store, phys: asyncpg.Pool, peers: _Peers | None
+    p: Params, db: BenchDatabase, phys: asyncpg.Pool, peers: _Peers | None
 ) -> None:
-    """The listed user's sessions on every side (distinct times, newest last)."""
-    with use_scope(LIST_SCOPE):
-        for _ in range(p.list_sessions):
-            await store.create_session(AGENT)
+    """LIST_USERS users' sessions, interleaved in time, on every side; statistics fresh.
+
+    Written set-based (cortex's rows as the database owner, with the scope
+    columns cortex derives), then ``VACUUM ANALYZE``: a listing is measured on
+    the plan a settled table gets, not on the one stale statistics give.
+    """
+    total = p.list_sessions * LIST_USERS
+    conn = await asyncpg.connect(db.owner_url)
+    try:
+        await conn.execute(
+            "INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,"
+            " created_at, updated_at)"
+            " SELECT $1, gen_random_uuid(), $2, $1 || '/team/user' || (g % $4), 3, $1 || '/team',"
+            " t, t FROM (SELECT g, now() - g * interval '1 second' AS t"
+            " FROM generate_series(1, $3::int) AS g) AS s",
+            LIST_SCOPE.tenant,
+            AGENT,
+            total,
+            LIST_USERS,
+        )
+        await conn.execute("VACUUM ANALYZE sessions")
+        if peers is not None:
+            # ADK returns all of a user's sessions: one user per page size.
+            for size in (20, 100):
+                for s in range(size):
+                    await peers.adk.create_session(
+                        app_name="bench-app", user_id=f"lister{size}", session_id=f"s{s}"
+                    )
+            await conn.execute("VACUUM ANALYZE peers.sessions")
+    finally:
+        await conn.close()
     await phys.execute(
         "INSERT INTO sessions (id, user_id, agent_id, created_at, updated_at)"
-        " SELECT gen_random_uuid(), 'lister', $1, t, t"
-        " FROM (SELECT now() - g * interval '1 second' AS t FROM generate_series(1, $2) g) AS s",
+        " SELECT gen_random_uuid(), 'user' || (g % $3), $1, t, t"
+        " FROM (SELECT g, now() - g * interval '1 second' AS t"
+        " FROM generate_series(1, $2::int) AS g) AS s",
         AGENT,
-        p.list_sessions,
+        total,
+        LIST_USERS,
     )
     await phys.execute("VACUUM ANALYZE sessions")
-    if peers is not None:
-        # ADK returns all of a user's sessions: one user per page size.
-        for size in (20, 100):
-            for s in range(size):
-                await peers.adk.create_session(
-                    app_name="bench-app", user_id=f"lister{size}", session_id=f"s{s}"
-                )
 
 
 async def _listings(
     lines: list[Line],
     p: Params,
+    db: BenchDatabase,
     store: cortex.Store,
     same_pool: asyncpg.Pool,
     phys: asyncpg.Pool,
     peers: _Peers | None,
 ) -> None:
-    await _seed_listings(p, store, phys, peers)
+    await _seed_listings(p, db, phys, peers)
     floor = Floor(same_pool)
     for size in (20, 100):
         flt = ListFilter(limit=size)
         sql, args = listing_sql(LIST_SCOPE, flt, distributed=store.distributed)
 
         async def phys_op(w: int, i: int, size: int = size) -> int:
-            return len(await phys.fetch(LIST_SQL, "lister", size))
+            return len(await phys.fetch(LIST_SQL, LIST_USER, size))
 
         async def same_op(w: int, i: int, sql: str = sql, args: list[Any] = args) -> int:
             return len(await floor.run(LIST_SCOPE.tenant, sql, args))
@@ -577,7 +604,7 @@ async def _listings(
                 return len(listed.sessions)
 
             ops[ADK] = adk_op
-        await _measure(
+        line = await _measure(
             lines,
             "listing",
             f"list one user's newest {size} (sequential calls)",
@@ -588,6 +615,13 @@ async def _listings(
             kind="latency",
             absent=absent,
         )
+        # The key plan lines: which index each floor's statement walks.
+        cortex_plan = await plan_line(db.app_url, LIST_SCOPE.tenant, sql, args, False)
+        async with phys.acquire() as conn:
+            rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + LIST_SQL, LIST_USER, size)
+        phys_plan = next((str(r[0]).strip() for r in rows if "Scan" in str(r[0])), "")
+        line.note = f"cortex: {cortex_plan} | physical: {phys_plan.replace('->  ', '')[:110]}"
+        print(f"      plans: {line.note}")
 
 
 # --- the report ---------------------------------------------------------------------
