@@ -141,7 +141,7 @@ class Params:
     list_sessions: int = 1000  # sessions of each of the LIST_USERS users (cortex, physical floor)
     repeats: int = 200  # timed listing calls per side
     existing: int = 50  # resolve: pairs that already have their default
-    rounds: int = 2  # each side's block runs this often, the order rotating
+    rounds: int = 4  # each side's block runs this often, the order rotating
     peers: bool = True  # ADK and the Agents SDK (the ``peers`` extra)
 
 
