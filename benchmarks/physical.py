@@ -196,7 +196,7 @@ async def _measure(
     absent: dict[str, str] | None = None,
 ) -> Line:
     """Every side of one operation in ``rounds`` rotating blocks, ``total`` ops per side."""
-    sides = {name: Side() for name in ops}
+    sides = {side: Side() for side in ops}
     per_worker = max(1, total // rounds // workers)
 
     def block(side: str) -> Callable[[], Awaitable[None]]:
