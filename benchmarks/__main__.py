@@ -3,9 +3,13 @@
 Scenarios: ``append`` (the message-counter path), ``listing`` (list and count
 at scale), ``resolve`` (default resolution), ``frameworks`` (the ADK and
 Agents SDK adapters beside those frameworks' own PostgreSQL stores; needs
-the ``peers`` extra), or ``all``; and ``migration`` (the migration chain on
-a legacy database of ``--n`` messages with the old release writing
-throughout; not part of ``all``). The database server
+the ``peers`` extra), ``physical`` (every operation beside the physical floor,
+today's same-SQL floor, ADK and the Agents SDK, in one interleaved run; needs
+the ``peers`` extra), or ``all``; and, not part of ``all``: ``migration``
+(the migration chain on a legacy database of ``--n`` messages with the old
+release writing throughout) and ``memory`` (peak client RSS while
+``iter_sessions`` walks ``--n`` sessions, default 1,000,000, and
+``list_messages`` pages through a session of a tenth as many messages). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -27,10 +31,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks import append, listing, migration, resolve
+from benchmarks import append, listing, memory, migration, resolve
 from benchmarks._common import bench_database, server_facts
 
-SCENARIOS = ("append", "listing", "resolve", "frameworks")
+SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
+# Not part of ``all``: each takes minutes and reports a table of its own.
+SEPARATE = ("migration", "memory")
 
 
 @contextmanager
@@ -58,6 +64,20 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
 
         n = args.n or (400 if quick else 2000)
         return frameworks.Params(n=n, concurrency=c, sessions_per_user=20 if quick else 50)
+    if scenario == "physical":
+        from benchmarks import physical
+
+        n = args.n or (400 if quick else 2000)
+        return physical.Params(
+            n=n,
+            concurrency=c,
+            list_sessions=200 if quick else 1000,
+            repeats=40 if quick else 200,
+            existing=20 if quick else 50,
+        )
+    if scenario == "memory":
+        sessions = args.n or (100_000 if quick else 1_000_000)
+        return memory.Params(sessions=sessions, messages=max(1, sessions // 10))
     sessions = args.n or (20_000 if quick else 1_000_000)
     return listing.Params(sessions=sessions, repeats=30 if quick else 200)
 
@@ -84,9 +104,29 @@ async def _run_migration(server: str, args: argparse.Namespace) -> dict[str, Any
     }
 
 
+async def _run_memory(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    facts = await server_facts(server)
+    params = _params("memory", args)
+    print(f"\n== memory ({params}) on PostgreSQL {facts['postgres_version']}")
+    started = time.perf_counter()
+    async with bench_database(server, keep=args.keep) as db:
+        report, ok = await memory.run(db, params)
+    return {
+        "scenario": "memory",
+        "params": params.__dict__,
+        **facts,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "report": report,
+        "invariants_ok": ok,
+    }
+
+
 async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
     if scenario == "migration":
         return await _run_migration(server, args)
+    if scenario == "memory":
+        return await _run_memory(server, args)
     facts = await server_facts(server)
     params = _params(scenario, args)
     print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")
@@ -97,6 +137,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import frameworks
 
             modules["frameworks"] = frameworks
+        if scenario == "physical":
+            from benchmarks import physical
+
+            modules["physical"] = physical
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
@@ -104,6 +148,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
         "params": vars(params) if hasattr(params, "__dict__") else params.__dict__,
         **facts,
         "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "results": [r.as_dict() for r in results],
         "invariants_ok": ok,
     }
@@ -111,7 +156,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("scenario", choices=[*SCENARIOS, "all", "migration"])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all", *SEPARATE])
     parser.add_argument(
         "--dsn",
         help="superuser URL of a PostgreSQL server (default: $CORTEX_DATABASE_URL, else embedded)",
@@ -145,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps(reports if len(reports) > 1 else reports[0], indent=2, default=str)
         )
         print(f"\nwrote {args.json}")
-    if args.json and args.scenario != "migration":  # the migration report is a table
+    if args.json and args.scenario not in SEPARATE:  # their reports are tables
         try:
             from benchmarks.chart import draw
         except ImportError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import platform
 import statistics
 import time
@@ -27,8 +28,20 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
+from cortex import ListFilter
 from cortex._db import begin_sql
 from cortex._engine import driver_dsn
+from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
+from cortex._messages import _append_statement
+from cortex._sessions import (
+    _count_statement,
+    _default_statement,
+    _insert_statement,
+    _page_statement,
+    _resolve_insert_statement,
+    scope_columns,
+)
+from cortex.ids import new_uuid
 from cortex.migrate import grant_sql, upgrade
 from cortex.scope import Scope
 
@@ -88,8 +101,6 @@ async def server_facts(url: str) -> dict[str, Any]:
         version = await conn.fetchval("SHOW server_version")
     finally:
         await conn.close()
-    import os
-
     return {
         "postgres_version": version,
         "asyncpg_version": asyncpg.__version__,
@@ -97,6 +108,8 @@ async def server_facts(url: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
+        # The machine is shared: how busy it was when the scenario started.
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -131,6 +144,114 @@ class Floor:
                 raise
             await conn.execute("COMMIT")
             return rows
+
+
+class SameSql:
+    """Today's floor: cortex's own SQL (compiled from its statement builders) through :class:`Floor`.
+
+    Each method is the floor of one cortex call at ``scope``; the scenarios
+    ``append``, ``resolve``, ``listing`` and ``physical`` all measure through
+    it, so "the same-SQL floor" is one piece of code.
+    """
+
+    def __init__(self, floor: Floor, scope: Scope) -> None:
+        self.floor = floor
+        self.scope = scope
+        # Compiled once, outside any timing.
+        self._append = compile_statement(_append_statement(depth_class(scope)))
+        self._insert = compile_statement(_insert_statement(False))
+        self._resolve_insert = compile_statement(_resolve_insert_statement())
+        self._resolve_select = compile_statement(_default_statement())
+
+    def append_args(self, session_id: uuid.UUID, k: int, text: str) -> list[Any]:
+        """The parameters cortex binds for an append of ``k`` messages, built by hand."""
+        path = str(self.scope)
+        values = {
+            "scope_tenant": self.scope.tenant,
+            "scope_path": path,
+            "scope_lo": path + "/",
+            "scope_hi": path + "0",
+            "target_id": session_id,
+            "batch_size": k,
+            "preview": text,
+            "m_ids": [new_uuid() for _ in range(k)],
+            "m_roles": ["user"] * k,
+            "m_contents": [text] * k,
+            "m_authors": [""] * k,
+            "m_requested": [None] * k,
+            "m_responses": [None] * k,
+            "m_metadata": ["{}"] * k,
+            "m_payloads": [None] * k,
+        }
+        return bind(self._append[1], values)
+
+    async def append(self, session_id: uuid.UUID, k: int, text: str) -> None:
+        """The one-statement append cortex sends, ``k`` messages, of ``k`` messages, in its transaction."""
+        await self.floor.run(
+            self.scope.tenant, self._append[0], self.append_args(session_id, k, text)
+        )
+
+    async def create(self, agent: str) -> None:
+        """The INSERT cortex sends for a session with a generated id, in its transaction."""
+        values = {
+            "target_id": new_uuid(),
+            "new_agent_id": agent,
+            "new_title": "",
+            "new_metadata": "{}",
+            "new_is_default": False,
+            "new_key": None,
+            "new_data": None,
+            "scope_tenant": self.scope.tenant,
+            **scope_columns(self.scope),
+        }
+        await self.floor.run(self.scope.tenant, self._insert[0], bind(self._insert[1], values))
+
+    async def resolve(self, agent: str) -> None:
+        """Default resolution as cortex sends it: INSERT ... ON CONFLICT DO NOTHING, else the SELECT."""
+        values = {
+            "target_id": new_uuid(),
+            "new_agent_id": agent,
+            **scope_columns(self.scope),
+            **scope_params(self.scope),
+        }
+        (insert_sql, insert_order), (select_sql, select_order) = (
+            self._resolve_insert,
+            self._resolve_select,
+        )
+        async with self.floor.pool.acquire() as conn:
+            await conn.execute(begin_sql(self.scope, custom_plans=False))
+            try:
+                row = await conn.fetchrow(insert_sql, *bind(insert_order, values))
+                if row is None:
+                    await conn.fetchrow(select_sql, *bind(select_order, values))
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+
+
+def listing_sql(
+    scope: Scope,
+    flt: ListFilter,
+    *,
+    distributed: bool = False,
+    count: bool = False,
+    keyset: bool = False,
+    cursor: tuple[Any, Any] | None = None,
+) -> tuple[str, list[Any]]:
+    """The SQL and arguments cortex sends for a listing (a page, a count, or a keyset page)."""
+    shape = filter_shape(scope, flt, distributed=distributed)
+    values = {**filter_params(scope, flt), "limit": flt.page_size, "offset": flt.offset}
+    if count:
+        stmt: Any = _count_statement(shape)
+    elif keyset:
+        stmt = _page_statement(shape, cursor=cursor is not None, offset=False)
+        if cursor is not None:
+            values.update(cursor_params(*cursor))
+    else:
+        stmt = _page_statement(shape, cursor=False, offset=flt.offset > 0)
+    sql, order = compile_statement(stmt)
+    return sql, bind(order, values)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -219,10 +340,19 @@ async def alternate(
     floor_block: Callable[[], Awaitable[None]],
 ) -> None:
     """Alternate cortex and floor blocks (starting side alternates too), so drift hits both."""
+    await rotate(blocks, [cortex_block, floor_block])
+
+
+async def rotate(blocks: int, sides: Sequence[Callable[[], Awaitable[None]]]) -> None:
+    """Run every side's block ``blocks`` times, the order rotating by one each round.
+
+    With two sides this is :func:`alternate`; with more, each side opens a
+    round as often as any other, so machine drift hits them all alike.
+    """
     for b in range(blocks):
-        first, second = (cortex_block, floor_block) if b % 2 == 0 else (floor_block, cortex_block)
-        await first()
-        await second()
+        shift = b % len(sides)
+        for block in (*sides[shift:], *sides[:shift]):
+            await block()
 
 
 def print_result(result: Result) -> None:

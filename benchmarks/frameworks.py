@@ -58,15 +58,15 @@ class Params:
     blocks: int = 4
 
 
-def _asyncpg_url(url: str) -> str:
+def asyncpg_url(url: str) -> str:
     return normalise_url(url).render_as_string(hide_password=False)
 
 
 # The peers' tables live in their own schema of the benchmark database.
-_PEER_CONNECT: Final = {"server_settings": {"search_path": "peers"}}
+PEER_CONNECT: Final = {"server_settings": {"search_path": "peers"}}
 
 
-async def _peer_schema(owner_url: str) -> None:
+async def peer_schema(owner_url: str) -> None:
     conn = await asyncpg.connect(owner_url)
     try:
         await conn.execute("CREATE SCHEMA IF NOT EXISTS peers")
@@ -74,8 +74,9 @@ async def _peer_schema(owner_url: str) -> None:
         await conn.close()
 
 
-def _event(i: int) -> Event:
-    text = f"event {i}: the quick brown fox jumps over the lazy dog"
+def adk_event(i: int, text: str | None = None) -> Event:
+    """An ADK event carrying ``text`` (default: a short sentence naming ``i``)."""
+    text = text or f"event {i}: the quick brown fox jumps over the lazy dog"
     return Event(
         author="user" if i % 2 else "agent",
         invocation_id=f"inv-{i}",
@@ -87,7 +88,7 @@ async def _seed_user(service: BaseSessionService, user: str, p: Params) -> None:
     for s in range(p.sessions_per_user):
         session = await service.create_session(app_name=APP, user_id=user, session_id=f"s{s}")
         for e in range(p.events_per_session):
-            await service.append_event(session, _event(e))
+            await service.append_event(session, adk_event(e))
 
 
 _ADK_FLOOR = "floor = ADK DatabaseSessionService"
@@ -122,12 +123,12 @@ async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
     store_cm = cortex.connect(db.app_url, pool_size=p.concurrency, max_overflow=0)
     store = await store_cm.__aenter__()
     ours = CortexSessionService(store, scope=TENANT)
-    await _peer_schema(db.owner_url)
+    await peer_schema(db.owner_url)
     theirs = DatabaseSessionService(
-        _asyncpg_url(db.owner_url),
+        asyncpg_url(db.owner_url),
         pool_size=p.concurrency,
         max_overflow=0,
-        connect_args=_PEER_CONNECT,
+        connect_args=PEER_CONNECT,
     )
     try:
         per_worker = max(1, p.n // p.concurrency // (p.blocks // 2 or 1))
@@ -144,7 +145,7 @@ async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
 
         def append_op(name: str) -> Any:
             async def op(w: int, i: int) -> int:
-                await sides[name].append_event(sessions[name][w], _event(next(counter)))
+                await sides[name].append_event(sessions[name][w], adk_event(next(counter)))
                 return 1
 
             return op
@@ -177,9 +178,9 @@ async def _adk(db: BenchDatabase, p: Params, results: list[Result]) -> None:
 async def _agents(db: BenchDatabase, p: Params, results: list[Result]) -> None:
     store_cm = cortex.connect(db.app_url, pool_size=p.concurrency, max_overflow=0)
     store = await store_cm.__aenter__()
-    await _peer_schema(db.owner_url)
+    await peer_schema(db.owner_url)
     engine = create_async_engine(
-        _asyncpg_url(db.owner_url), pool_size=p.concurrency, connect_args=_PEER_CONNECT
+        asyncpg_url(db.owner_url), pool_size=p.concurrency, connect_args=PEER_CONNECT
     )
     try:
         await SQLAlchemySession("setup", engine=engine, create_tables=True).get_items()

@@ -24,15 +24,13 @@ from benchmarks._common import (
     Floor,
     Result,
     Side,
-    bind,
-    compile_statement,
     latency_ratio,
+    listing_sql,
 )
 from benchmarks.seed import seed
 from cortex import ListFilter, SessionState, use_scope
 from cortex._db import begin_sql, run_transaction
-from cortex._filters import cursor_params, filter_params, filter_shape
-from cortex._sessions import _count_statement, _page_statement, select_page
+from cortex._sessions import select_page
 from cortex.scope import Scope
 
 
@@ -137,7 +135,7 @@ async def _cursor_at(owner_url: str, tenant: str, depth: int) -> tuple[Any, Any]
     return None if row is None else (row["updated_at"], row["id"])
 
 
-async def _plan_line(app_url: str, tenant: str, sql: str, args: list[Any], custom: bool) -> str:
+async def plan_line(app_url: str, tenant: str, sql: str, args: list[Any], custom: bool) -> str:
     """The key line of the plan the application role gets: index used, rows."""
     conn = await asyncpg.connect(app_url, statement_cache_size=0)
     try:
@@ -173,23 +171,15 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
         try:
             for q in queries(org0):
                 scope = Scope.parse(q.scope)
-                shape = filter_shape(scope, q.flt, distributed=store.distributed)
-                values = {
-                    **filter_params(scope, q.flt),
-                    "limit": q.flt.page_size,
-                    "offset": q.flt.offset,
-                }
                 cursor = await _cursor_at(db.owner_url, scope.tenant, q.depth)
-                if q.count:
-                    stmt: Any = _count_statement(shape)
-                elif q.name.startswith("iter"):
-                    stmt = _page_statement(shape, cursor=cursor is not None, offset=False)
-                    if cursor is not None:
-                        values.update(cursor_params(*cursor))
-                else:
-                    stmt = _page_statement(shape, cursor=False, offset=q.flt.offset > 0)
-                sql, order = compile_statement(stmt)
-                args = bind(order, values)
+                sql, args = listing_sql(
+                    scope,
+                    q.flt,
+                    distributed=store.distributed,
+                    count=q.count,
+                    keyset=q.name.startswith("iter"),
+                    cursor=cursor,
+                )
                 custom = bool(q.flt.search)
 
                 async def cortex_call(
@@ -237,7 +227,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                         side.latencies.append(time.perf_counter() - t)
                         side.ops += 1
                     side.wall += time.perf_counter() - begin
-                plan = await _plan_line(db.app_url, scope.tenant, sql, args, custom)
+                plan = await plan_line(db.app_url, scope.tenant, sql, args, custom)
                 result = Result(
                     q.name,
                     cortex_side.summary(),

@@ -20,19 +20,14 @@ from benchmarks._common import (
     BenchDatabase,
     Floor,
     Result,
+    SameSql,
     Side,
     alternate,
-    bind,
-    compile_statement,
     print_result,
     throughput_ratio,
     timed_workers,
 )
 from cortex import use_scope
-from cortex._db import begin_sql
-from cortex._filters import scope_params
-from cortex._sessions import _default_statement, _resolve_insert_statement, scope_columns
-from cortex.ids import new_uuid
 from cortex.scope import Scope
 
 SCOPE = Scope.parse("bench/team/user")
@@ -49,31 +44,11 @@ class Params:
 
 async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
     results: list[Result] = []
-    insert_sql, insert_order = compile_statement(_resolve_insert_statement())
-    select_sql, select_order = compile_statement(_default_statement())
     counter = itertools.count()
     async with cortex.connect(db.app_url, pool_size=p.concurrency, max_overflow=0) as store:
         pool = await asyncpg.create_pool(db.app_url, min_size=p.concurrency, max_size=p.concurrency)
         assert pool is not None
-        floor = Floor(pool)
-
-        async def floor_resolve(agent: str) -> None:
-            values = {
-                "target_id": new_uuid(),
-                "new_agent_id": agent,
-                **scope_columns(SCOPE),
-                **scope_params(SCOPE),
-            }
-            async with floor.pool.acquire() as conn:
-                await conn.execute(begin_sql(SCOPE, custom_plans=False))
-                try:
-                    row = await conn.fetchrow(insert_sql, *bind(insert_order, values))
-                    if row is None:
-                        row = await conn.fetchrow(select_sql, *bind(select_order, values))
-                except BaseException:
-                    await conn.execute("ROLLBACK")
-                    raise
-                await conn.execute("COMMIT")
+        floor = SameSql(Floor(pool), SCOPE)
 
         try:
             existing = [f"existing-{i}" for i in range(p.existing)]
@@ -96,7 +71,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                     return 0  # no items beyond the call itself
 
                 async def floor_op(w: int, i: int, agent_for: Any = agent_for) -> int:
-                    await floor_resolve(agent_for())
+                    await floor.resolve(agent_for())
                     return 0
 
                 async def cortex_block(side: Side = cortex_side, op: Any = cortex_op) -> None:

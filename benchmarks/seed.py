@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -153,12 +154,17 @@ def _uuid7(ts: str, key: str) -> str:
     return f"encode({raw}, 'hex')::uuid"
 
 
-def _session_rows(vocab_size: int) -> str:
-    """SQL: the sessions numbered $2..$3 (vocabulary $1, anchor $4), one row each."""
+def _session_rows(vocab_size: int, tenant: str | None = None) -> str:
+    """SQL: the sessions numbered $2..$3 (vocabulary $1, anchor $4), one row each.
+
+    ``tenant``: every session in this one tenant instead of the 100 ``orgN``.
+    """
     n = "g.n"
-    tenant = (
+    tenant_sql = (
         f"'org' || CASE WHEN {_rand(1, n)} < 0.2 THEN 0 "
         f"ELSE 1 + least(98, floor(({_rand(1, n)} - 0.2) / 0.8 * 99)::int) END"
+        if tenant is None
+        else f"'{tenant}'::text"
     )
     depth = f"CASE WHEN {_rand(4, n)} < 0.02 THEN 1 WHEN {_rand(4, n)} < 0.10 THEN 2 ELSE 3 END"
     updated = f"$4::timestamptz - {_rand(5, n)} * interval '90 days'"
@@ -180,7 +186,7 @@ def _session_rows(vocab_size: int) -> str:
                s0.title, s0.last_message, s0.created_at, s0.updated_at
         FROM (
             SELECT {n} AS n,
-                   {tenant} AS tenant_id,
+                   {tenant_sql} AS tenant_id,
                    'proj' || floor({_rand(2, n)} * 20)::int AS project,
                    'user' || floor({_rand(3, n)} * 50)::int AS usr,
                    ({depth})::smallint AS scope_depth,
@@ -194,7 +200,7 @@ def _session_rows(vocab_size: int) -> str:
     """
 
 
-def _insert_sessions(vocab_size: int) -> str:
+def _insert_sessions(vocab_size: int, tenant: str | None = None) -> str:
     """SQL: insert sessions $2..$3 with $5 messages each (counts and previews)."""
     return f"""
         INSERT INTO sessions (
@@ -216,11 +222,11 @@ def _insert_sessions(vocab_size: int) -> str:
                $5::int,
                CASE WHEN $5::int > 0 THEN s.last_message ELSE '' END,
                s.created_at, s.updated_at
-        FROM ({_session_rows(vocab_size)}) AS s
+        FROM ({_session_rows(vocab_size, tenant)}) AS s
     """
 
 
-def _insert_messages(vocab_size: int) -> str:
+def _insert_messages(vocab_size: int, tenant: str | None = None) -> str:
     """SQL: insert the $5 messages of each of sessions $2..$3."""
     key = "(s.n * 4096 + k.seq)"
     short = _words(300, key, vocab_size, 4, 6, 40)
@@ -237,7 +243,7 @@ def _insert_messages(vocab_size: int) -> str:
                CASE WHEN k.seq = $5::int THEN s.last_message
                     ELSE concat_ws(' ', {", ".join(short)}) END,
                t.at
-        FROM ({_session_rows(vocab_size)}) AS s
+        FROM ({_session_rows(vocab_size, tenant)}) AS s
         CROSS JOIN generate_series(1, $5::int) AS k(seq)
         CROSS JOIN LATERAL (SELECT {at} AS at) AS t
     """
@@ -269,18 +275,23 @@ async def seed(
     messages_per_session: int = 2,
     progress: bool = True,
     chunk: int = CHUNK,
+    tenant: str | None = None,
 ) -> None:
     """Fill the migrated, empty database at ``url`` with ``sessions`` sessions and their messages.
 
     ``url`` must log in as a superuser (or BYPASSRLS role). Deterministic: the
-    same arguments give the same rows.
+    same arguments give the same rows. ``tenant`` (lowercase letters and
+    digits): every session in that one tenant, e.g. to walk them all in one
+    ``iter_sessions``; by default they spread over ``org0 .. org99``.
     """
     if sessions < 0 or not 0 <= messages_per_session < 4096 or chunk < 1:
         raise ValueError("sessions >= 0, 0 <= messages_per_session < 4096 and chunk >= 1")
+    if tenant is not None and not re.fullmatch(r"[a-z0-9]{1,32}", tenant):
+        raise ValueError("tenant: 1-32 lowercase letters and digits")
     console = Console(stderr=True)
     words = vocabulary()
-    session_sql = _insert_sessions(len(words))
-    message_sql = _insert_messages(len(words))
+    session_sql = _insert_sessions(len(words), tenant)
+    message_sql = _insert_messages(len(words), tenant)
     timings: list[tuple[str, int, float]] = []
     conn = await asyncpg.connect(driver_dsn(url))
     try:

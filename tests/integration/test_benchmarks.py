@@ -30,7 +30,13 @@ def test_every_scenario_runs_and_writes_json_and_chart(server_url: str, tmp_path
     )
     assert code == 0
     reports = json.loads(out.read_text())
-    assert [r["scenario"] for r in reports] == ["append", "listing", "resolve", "frameworks"]
+    assert [r["scenario"] for r in reports] == [
+        "append",
+        "listing",
+        "resolve",
+        "frameworks",
+        "physical",
+    ]
     for report in reports:
         assert report["invariants_ok"] is True
         assert report["postgres_version"]
@@ -40,3 +46,58 @@ def test_every_scenario_runs_and_writes_json_and_chart(server_url: str, tmp_path
             assert result["cortex"]["ops"] > 0
             assert result["floor"]["ops"] > 0
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_physical_reports_every_side_beside_the_physical_floor(
+    server_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "physical.json"
+    args = ["physical", "--quick", "--n", "48", "--concurrency", "2", "--dsn", server_url]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "physical"
+    assert report["invariants_ok"] is True
+    assert len(report["load_average"]) == 3
+    lines = {r["name"]: r for r in report["results"]}
+    groups = [r["group"] for r in report["results"]]
+    assert groups == ["append"] * 3 + ["create"] + ["resolve"] * 2 + ["listing"] * 2
+    for line in lines.values():
+        assert {"physical", "same_sql", "cortex"} <= set(line["sides"])
+        assert line["floor"] == line["sides"]["physical"]
+        assert line["cortex"] == line["sides"]["cortex"]
+        for side in line["sides"].values():
+            assert side["ops"] > 0
+        assert set(line["ratios"]) >= {"physical", "same_sql"}
+        assert line["ratio"] == line["ratios"]["physical"]
+        if line["group"] == "append":
+            assert {"adk", "agents"} <= set(line["sides"])
+        elif line["group"] == "listing":
+            assert "adk" in line["sides"]
+            assert line["absent"] == {"agents": "no listing"}
+            assert line["kind"] == "latency"
+            assert {"p50_x_physical", "p95_x_physical"} <= set(line["ratios"])
+        else:
+            assert not {"adk", "agents"} & set(line["sides"])
+    assert "append, sequential (1 task, one session)" in lines
+    assert "list one user's newest 100 (sequential calls)" in lines
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_memory_walks_every_session_and_message_in_a_child_process(
+    server_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "memory.json"
+    args = ["memory", "--n", "3000", "--dsn", server_url, "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "memory"
+    assert report["invariants_ok"] is True
+    walks = {r["walk"]: r for r in report["report"]}
+    assert set(walks) == {"iter_sessions", "list_messages"}
+    assert walks["iter_sessions"]["rows"] == walks["iter_sessions"]["distinct"] == 3000
+    assert walks["list_messages"]["rows"] == walks["list_messages"]["distinct"] == 300
+    for walk in walks.values():
+        assert walk["peak_after_mib"] >= walk["peak_before_mib"] > 0
+        assert walk["rss_samples_mib"]
+        assert {"seconds", "growth_mib", "target_mib", "under_target"} <= set(walk)
+    assert not out.with_suffix(".png").exists()  # a table, no chart
