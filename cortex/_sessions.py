@@ -73,11 +73,15 @@ METADATA_TEXT: Final = sa.func.coalesce(
 # and plans it for every shard without.
 MERGED_DATA: Final = sa.type_coerce(
     sa.text(
-        "(coalesce((SELECT jsonb_object_agg(e.key, e.value ORDER BY length(sd.scope))"
+        # Most tenants keep no scope state: an uncorrelated EXISTS (one
+        # InitPlan per statement) spares every row the per-row lookup then.
+        "(CASE WHEN EXISTS (SELECT FROM scope_data WHERE tenant_id = :scope_tenant)"
+        " THEN coalesce((SELECT jsonb_object_agg(e.key, e.value ORDER BY length(sd.scope))"
         " FROM scope_data AS sd CROSS JOIN LATERAL jsonb_each(sd.data) AS e"
         " WHERE sd.tenant_id = :scope_tenant AND sd.scope = ANY (ARRAY("
         "SELECT array_to_string((string_to_array(sessions.scope, '/'))[1\\:i], '/')"
         " FROM generate_series(1, sessions.scope_depth) AS i))), '{}'::jsonb)"
+        " ELSE '{}'::jsonb END"
         " || coalesce(sessions.data, '{}'::jsonb))::text"
     ).bindparams(sa.bindparam("scope_tenant", type_=sa.Text())),
     sa.Text(),
