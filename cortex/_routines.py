@@ -78,7 +78,9 @@ def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
     """
     out: list[sa.ClauseElement] = [
         _sessions._insert_statement(False, distributed),
-        _sessions._resolve_insert_statement(distributed),
+        _sessions._resolve_insert_statement(True)
+        if distributed
+        else _sessions._resolve_statement(),
         _sessions._default_statement(),
         _sessions._resolve_key_statement(distributed),
         _sessions._by_key_statement(),

@@ -341,6 +341,48 @@ def _resolve_insert_statement(distributed: bool = False) -> sa.Insert:
 
 
 @cache
+def _resolve_statement() -> sa.CompoundSelect[*tuple[Any, ...]]:
+    """The default of (agent, exact scope), inserted if there is none: one statement (plain PostgreSQL).
+
+    ``found`` reads the default; the INSERT adds one only where ``found`` is
+    empty, and yields to a concurrent winner (``ON CONFLICT DO NOTHING``).
+    Both see the statement's snapshot, so a winner that committed after it
+    began leaves the result empty, and the caller runs again (a new
+    snapshot finds it). Citus cannot route an INSERT ... SELECT from a CTE:
+    there the SELECT and the INSERT are separate statements.
+    """
+    found = (
+        sa.select(*SESSION_COLUMNS)
+        .where(
+            exact_clause(),
+            sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
+            sessions.c.is_default,
+        )
+        .cte("found")
+    )
+    values = {
+        "id": _id_param(),
+        "agent_id": sa.bindparam("new_agent_id", type_=sa.Text()),
+        "is_default": sa.true(),
+        **_scope_values(),
+    }
+    source = sa.select(*(value.label(name) for name, value in values.items())).where(
+        ~sa.exists(sa.select(found.c.id))
+    )
+    inserted = (
+        pg_insert(sessions)
+        .from_select(list(values), source)
+        .on_conflict_do_nothing(
+            index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
+            index_where=sessions.c.is_default,
+        )
+        .returning(*SESSION_COLUMNS)
+        .cte("inserted")
+    )
+    return sa.select(found).union_all(sa.select(inserted))
+
+
+@cache
 def _default_statement() -> sa.Select[*tuple[Any, ...]]:
     return sa.select(*SESSION_COLUMNS).where(
         exact_clause(),
@@ -537,13 +579,14 @@ async def resolve_default(
 ) -> Session:
     """The default session of (agent, exact scope), created if absent.
 
-    A SELECT first (most calls find the default). If it finds none,
-    concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` against the partial
-    unique index, then a *separate* SELECT. Under READ COMMITTED the SELECT
-    takes a new snapshot and so sees a default another transaction committed
-    while our INSERT waited on it; a single-statement form would not (its
-    snapshot predates that commit). If the winner was deleted in between,
-    the transaction runs again.
+    On plain PostgreSQL one statement (:func:`_resolve_statement`): it
+    finds the default or inserts it. Its snapshot cannot see a default
+    another transaction committed while our INSERT waited on it, so that
+    race returns nothing and the call runs again, on a new snapshot that
+    does. On Citus a SELECT first; if it finds none, ``INSERT ... ON
+    CONFLICT DO NOTHING`` against the partial unique index, then a
+    *separate* SELECT, whose new snapshot (READ COMMITTED) sees such a
+    winner. If the winner was deleted in between, the call runs again.
     """
     params = {
         "target_id": new_uuid(),
@@ -551,6 +594,11 @@ async def resolve_default(
         **scope_columns(scope),
         **scope_params(scope),
     }
+    if not distributed:
+        row = (await conn.execute(_resolve_statement(), params)).first()
+        if row is None:
+            raise RetryTransaction  # a concurrent winner committed after our snapshot
+        return row_to_session(row)
     lookup = {**scope_params(scope), "new_agent_id": agent_id}
     # Most runs find their default: look first, so that costs one statement.
     row = (await conn.execute(_default_statement(), lookup)).first()
