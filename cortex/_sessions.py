@@ -575,18 +575,20 @@ async def count_sessions(
 
 
 async def resolve_default(
-    conn: Tx, scope: Scope, agent_id: str, *, distributed: bool = False
+    conn: Tx, scope: Scope, agent_id: str, *, distributed: bool = False, known: bool = False
 ) -> Session:
     """The default session of (agent, exact scope), created if absent.
 
-    On plain PostgreSQL one statement (:func:`_resolve_statement`): it
+    ``known``: the caller has seen this default before, so it most likely
+    exists: a plain SELECT first (the cheapest statement, no INSERT set up).
+    Otherwise, on plain PostgreSQL, one statement (:func:`_resolve_statement`)
     finds the default or inserts it. Its snapshot cannot see a default
     another transaction committed while our INSERT waited on it, so that
     race returns nothing and the call runs again, on a new snapshot that
-    does. On Citus a SELECT first; if it finds none, ``INSERT ... ON
-    CONFLICT DO NOTHING`` against the partial unique index, then a
-    *separate* SELECT, whose new snapshot (READ COMMITTED) sees such a
-    winner. If the winner was deleted in between, the call runs again.
+    does. On Citus, after the SELECT finds none, ``INSERT ... ON CONFLICT
+    DO NOTHING`` against the partial unique index, then a *separate* SELECT,
+    whose new snapshot (READ COMMITTED) sees such a winner. If the winner
+    was deleted in between, the call runs again.
     """
     params = {
         "target_id": new_uuid(),
@@ -594,15 +596,15 @@ async def resolve_default(
         **scope_columns(scope),
         **scope_params(scope),
     }
+    lookup = {**scope_params(scope), "new_agent_id": agent_id}
+    if known or distributed:
+        row = (await conn.execute(_default_statement(), lookup)).first()
+        if row is not None:
+            return row_to_session(row)
     if not distributed:
         row = (await conn.execute(_resolve_statement(), params)).first()
         if row is None:
             raise RetryTransaction  # a concurrent winner committed after our snapshot
-        return row_to_session(row)
-    lookup = {**scope_params(scope), "new_agent_id": agent_id}
-    # Most runs find their default: look first, so that costs one statement.
-    row = (await conn.execute(_default_statement(), lookup)).first()
-    if row is not None:
         return row_to_session(row)
     row = (await conn.execute(_resolve_insert_statement(distributed), params)).first()
     if row is None or distributed:  # on Citus the INSERT returned the id only

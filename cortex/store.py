@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -88,6 +89,9 @@ def _scope_deltas(scope_data: dict[str, dict[str, Any]] | None) -> dict[str, str
 
 
 __all__ = ["Store", "connect"]
+
+# How many resolved defaults a store remembers (a hint, never a cache of data).
+_KNOWN_DEFAULTS = 10_000
 
 log = logging.getLogger("cortex")
 
@@ -175,6 +179,9 @@ class Store:
         # One-round-trip routines of the hot statements (cortex._routines); shared
         # by every call, and one found dropped is removed (cortex._executor.Tx).
         self._routines: Routines = routines or {}
+        # Defaults this store resolved (scope, agent), newest last: most
+        # likely still there, so resolving one again looks before it inserts.
+        self._known_defaults: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     @property
     def routines(self) -> int:
@@ -499,13 +506,23 @@ class Store:
                 single=True,
             )
         if session_id is None:
-            return await self._run(
+            pair = (str(scope), agent_id)
+            found = await self._run(
                 scope,
                 lambda conn: _sessions.resolve_default(
-                    conn, scope, agent_id, distributed=self._distributed
+                    conn,
+                    scope,
+                    agent_id,
+                    distributed=self._distributed,
+                    known=pair in self._known_defaults,
                 ),
                 single=True,
             )
+            self._known_defaults[pair] = None
+            self._known_defaults.move_to_end(pair)
+            if len(self._known_defaults) > _KNOWN_DEFAULTS:
+                self._known_defaults.popitem(last=False)
+            return found
         sid = _sid(session_id)
         session = await self._run(
             scope, lambda conn: _sessions.select_session(conn, scope, sid), single=True

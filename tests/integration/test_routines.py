@@ -177,3 +177,26 @@ async def test_without_routines_every_call_is_a_transaction(
 async def _reinstall(database: Database) -> None:
     # `cortex db upgrade` at the head installs them again (alembic/env.py).
     await anyio.to_thread.run_sync(upgrade, database.owner_url)
+
+
+async def test_resolve_looks_first_only_for_a_default_it_has_seen(
+    database: Database, proxy: CommitDropProxy, tenant: str
+) -> None:
+    # Unseen pair: one statement finds or inserts. Seen pair: a plain SELECT
+    # (no INSERT to set up). Seen but deleted since: the SELECT misses, the
+    # one statement inserts a new default: two round trips, still correct.
+    async with _through(database, proxy) as store:
+        with use_scope(f"{tenant}/u"):
+            before = proxy.round_trips
+            first = await store.resolve_session("bot")
+            # Citus: SELECT, INSERT (returns the id), SELECT.
+            assert proxy.round_trips - before == (3 if store.distributed else 1)
+            before = proxy.round_trips
+            assert (await store.resolve_session("bot")).id == first.id
+            assert proxy.round_trips - before == 1
+            await store.delete_session(first.id)
+            before = proxy.round_trips
+            again = await store.resolve_session("bot")
+            assert proxy.round_trips - before == (3 if store.distributed else 2)
+            assert again.id != first.id
+            assert again.is_default
