@@ -350,7 +350,11 @@ class CortexSessionService(BaseSessionService):
         scope = self.app_scope(app_name) if user_id is None else self.user_scope(app_name, user_id)
         flt = ListFilter(agent_id=self._agent, exact=user_id is not None, limit=1000)
         with use_scope(scope):
-            found = [s async for s in store.iter_sessions(flt)]
+            # One page is one statement (one round trip); a full page may
+            # have more behind it: then walk them all from one snapshot.
+            found = await store.list_sessions(flt)
+            if len(found) == flt.limit:
+                found = [s async for s in store.iter_sessions(flt)]
         found.reverse()  # cortex lists newest activity first; ADK, oldest
         sessions = [
             self._session_of(s, app_name, str(s.metadata.get("user_id", user_id)), [])

@@ -135,6 +135,16 @@ async def test_list_orders_least_recently_active_first(service: CortexSessionSer
     assert [s.id for s in listed] == ["b", "c", "a"]
 
 
+async def test_list_more_sessions_than_a_page(service: CortexSessionService) -> None:
+    # A listing is one page (one statement) when it fits; 1,000 or more walk
+    # every page from one snapshot: none lost at the page boundary.
+    ids = [f"s{i:04d}" for i in range(1001)]
+    for sid in ids:
+        await service.create_session(app_name=APP, user_id="many", session_id=sid)
+    listed = (await service.list_sessions(app_name=APP, user_id="many")).sessions
+    assert [s.id for s in listed] == ids
+
+
 async def test_list_one_user_or_all(service: CortexSessionService) -> None:
     await service.create_session(app_name=APP, user_id="u1", session_id="1a", state={"k": "1a"})
     await service.create_session(app_name=APP, user_id="u1", session_id="1b", state={"k": "1b"})
