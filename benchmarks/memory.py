@@ -104,19 +104,16 @@ async def _walk_sessions(url: str, expected: int, page_size: int) -> dict[str, A
                         samples.append((seen, round(_rss_mib(), 1)))
             seconds = time.perf_counter() - started
             after = _peak_mib()
-    return {
-        "walk": "iter_sessions",
-        "rows": seen,
-        "distinct": seen - out_of_order,
-        "expected": expected,
-        "page_size": page_size,
-        "seconds": round(seconds, 1),
-        "rows_per_s": round(seen / seconds) if seconds else None,
-        "peak_before_mib": round(before, 1),
-        "peak_after_mib": round(after, 1),
-        "rss_start_mib": round(rss_start, 1),
-        "rss_samples_mib": samples,
-    }
+    return _report(
+        "iter_sessions",
+        seen,
+        seen - out_of_order,
+        expected,
+        page_size,
+        seconds,
+        (before, after, rss_start),
+        samples,
+    )
 
 
 async def _page_messages(
@@ -142,10 +139,34 @@ async def _page_messages(
                         samples.append((seen, round(_rss_mib(), 1)))
             seconds = time.perf_counter() - started
             after = _peak_mib()
+    return _report(
+        "list_messages",
+        seen,
+        seen - gaps,
+        expected,
+        page_size,
+        seconds,
+        (before, after, rss_start),
+        samples,
+    )
+
+
+def _report(
+    walk: str,
+    seen: int,
+    distinct: int,
+    expected: int,
+    page_size: int,
+    seconds: float,
+    memory: tuple[float, float, float],
+    samples: list[tuple[int, float]],
+) -> dict[str, Any]:
+    """One walk's figures: rows, time, and peak RSS before and after (MiB)."""
+    before, after, rss_start = memory
     return {
-        "walk": "list_messages",
+        "walk": walk,
         "rows": seen,
-        "distinct": seen - gaps,
+        "distinct": distinct,
         "expected": expected,
         "page_size": page_size,
         "seconds": round(seconds, 1),

@@ -1,0 +1,77 @@
+"""decode_json's fast paths return exactly what json.loads returns for text encode_json wrote."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cortex._validate import decode_json, encode_json
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text().filter(lambda t: "\x00" not in t)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=5).filter(lambda t: "\x00" not in t), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+def _same(got: Any, expected: Any) -> bool:
+    if type(got) is not type(expected):
+        return False
+    if isinstance(expected, float):
+        return repr(got) == repr(expected)  # -0.0 keeps its sign
+    if isinstance(expected, list):
+        return len(got) == len(expected) and all(map(_same, got, expected))
+    if isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(_same(got[k], expected[k]) for k in expected)
+    return bool(got == expected)
+
+
+@settings(max_examples=500)
+@given(_VALUES)
+def test_decodes_as_json_loads(value: Any) -> None:
+    text = encode_json(value, 1 << 20)
+    assert _same(decode_json(text), json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{}",
+        '""',
+        '"abc"',
+        '"ünï"',
+        '"a\\"b"',
+        '"a\\\\b"',
+        '"\\u0000"',
+        '"\\n"',
+        "0",
+        "7",
+        "123",
+        "-5",
+        "1.5",
+        "1e16",
+        "-0.0",
+        "true",
+        "false",
+        "null",
+        "[1,2]",
+        '{"a":1}',
+        "12345678901234567890",
+    ],
+)
+def test_edge_texts(text: str) -> None:
+    assert _same(decode_json(text), json.loads(text))
