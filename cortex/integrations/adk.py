@@ -416,12 +416,15 @@ class CortexSessionService(BaseSessionService):
                 if sid is None:
                     raise SessionMissing(f"Session {session.id} not found.")
                 try:
+                    expected = (
+                        await _revision_of(store, sid, session) if marker is None else int(marker)
+                    )
                     (stored,) = await store.append_messages(
                         sid,
                         [message],
                         data={**own, _UPDATED: event.timestamp},
                         scope_data=scope_data or None,
-                        expected_count=None if marker is None else int(marker),
+                        expected_count=expected,
                     )
                     break
                 except NotFound as exc:
@@ -472,6 +475,28 @@ class CortexSessionService(BaseSessionService):
         )
         session._storage_update_marker = str(stored.message_count)
         return session
+
+
+async def _revision_of(store: Store, sid: str, session: Session) -> int:
+    """The stored revision a session object without a marker stands for, or StaleSession.
+
+    As ADK's database service does for a hand-built session: storage that
+    moved past the object's ``last_update_time`` is stale unless its newest
+    event is the object's newest (or neither has any). The append then
+    checks that revision under the row lock, like a marked object's.
+    """
+    found = await store.get_session_with_messages(sid, limit=1)
+    updated = found.session.data.get(_UPDATED)
+    stored_time = (
+        float(updated) if isinstance(updated, int | float) else found.session.updated_at.timestamp()
+    )
+    if stored_time > session.last_update_time:
+        newest = found.messages[-1] if found.messages else None
+        newest_id = None if newest is None or newest.payload is None else newest.payload.get("id")
+        same = newest is None if not session.events else newest_id == session.events[-1].id
+        if not same:
+            raise StaleSession(_STALE)
+    return found.session.message_count
 
 
 async def _older(

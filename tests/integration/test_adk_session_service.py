@@ -455,6 +455,31 @@ async def test_markerless_session_appends(service: CortexSessionService) -> None
     assert [e.invocation_id for e in got.events] == ["inv1", "inv2", "inv3"]
 
 
+async def test_markerless_session_behind_storage_is_stale(
+    service: CortexSessionService,
+) -> None:
+    # A hand-built session object (no marker) whose storage another writer
+    # moved on: refused as ADK's own service refuses it, nothing written.
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s2")
+    await service.append_event(
+        session, Event(invocation_id="inv1", author="user", timestamp=session.last_update_time + 1)
+    )
+    other = await service.get_session(app_name=APP, user_id="u", session_id="s2")
+    assert other is not None
+    await service.append_event(
+        other, Event(invocation_id="inv2", author="user", timestamp=other.last_update_time + 1)
+    )
+    session._storage_update_marker = None
+    with pytest.raises(StaleSessionError):
+        await service.append_event(
+            session,
+            Event(invocation_id="inv3", author="user", timestamp=session.last_update_time + 5),
+        )
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s2")
+    assert got is not None
+    assert [e.invocation_id for e in got.events] == ["inv1", "inv2"]
+
+
 async def test_recent_and_after_timestamp(service: CortexSessionService) -> None:
     base = int(time.time())
     session = await service.create_session(app_name=APP, user_id="u")
