@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from alembic import command
-from cortex import migrate
+from cortex import _routines, migrate
 from cortex._cli_common import (
     ENV_URL,
     EXIT_CODES,
@@ -150,16 +150,31 @@ async def _read_distribution(url: str) -> migrate.Distribution:
         await engine.dispose()
 
 
+async def _count_routines(url: str) -> int:
+    engine = make_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with translate_errors():
+            async with engine.connect() as conn:
+                driver = (await conn.get_raw_connection()).driver_connection
+                return len(await _routines.available(driver)) if driver is not None else 0
+    finally:
+        await engine.dispose()
+
+
 def cmd_current(args: argparse.Namespace) -> int:
     url = database_url(args)
     found = asyncio.run(_read_revision(url))
     distribution = asyncio.run(_read_distribution(url))
+    routines = asyncio.run(_count_routines(url))
+    wanted = len(_routines.hot_statements(distribution.distributed))
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,
         "up_to_date": found == [SCHEMA_REVISION],
         "distributed": distribution.distributed,
         "distribution": distribution.summary,
+        "routines": routines,
+        "routines_expected": wanted,
     }
     if args.json:
         emit_json(state)
@@ -168,6 +183,14 @@ def cmd_current(args: argparse.Namespace) -> int:
         verdict = "up to date" if state["up_to_date"] else "run `cortex db upgrade`"
         print(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
         print(distribution.summary)
+        print(
+            f"routines: {routines} of this cortex's {wanted} hot statements"
+            + (
+                " (one round trip each)"
+                if routines == wanted
+                else " (the rest run as transactions: run `cortex db upgrade`)"
+            )
+        )
     return EXIT_OK
 
 
