@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
@@ -181,13 +182,17 @@ def decode_json(text: str) -> Any:
         return {}
     if text[:1] == '"' and "\\" not in text:
         return text[1:-1]  # no escape: the characters between the quotes, as they are
-    if text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1):
-        return int(text)
+    number = _JSON_NUMBER.fullmatch(text)
+    if number is not None:
+        # json.loads's own rule: a fraction or an exponent makes a float.
+        return float(text) if number.group(1) or number.group(2) else int(text)
     constant = _JSON_CONSTANTS.get(text, _NOT_CONSTANT)
     if constant is not _NOT_CONSTANT:
         return constant
     return json.loads(text)
 
 
+# A JSON number (RFC 8259), ASCII digits only: (fraction)(exponent).
+_JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _JSON_CONSTANTS: Final[dict[str, Any]] = {"true": True, "false": False, "null": None}
 _NOT_CONSTANT: Final = object()

@@ -71,6 +71,12 @@ def test_decodes_as_json_loads(value: Any) -> None:
         "[1,2]",
         '{"a":1}',
         "12345678901234567890",
+        "-0",
+        "1E5",
+        "0.5e-3",
+        "1e400",
+        "-12.75",
+        "1764500000.123456",
     ],
 )
 def test_edge_texts(text: str) -> None:
