@@ -24,7 +24,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 from cortex._engine import CHECKOUTS
-from cortex._executor import Routines, Row, Tx
+from cortex._executor import NeedsTransaction, Routines, Row, Tx
 from cortex._tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
@@ -120,7 +120,12 @@ async def run_transaction(
         try:
             with translate_errors():
                 if routines is not None:
-                    return await _autocommit(engine, scope, body, custom_plans, routines)
+                    try:
+                        return await _autocommit(engine, scope, body, custom_plans, routines)
+                    except NeedsTransaction:
+                        # Two statements without their routine: nothing ran;
+                        # the same body, in a transaction.
+                        routines = None
                 return await _attempt(engine, scope, body, custom_plans)
         except _StaleConnection as exc:
             # Nothing was sent but BEGIN: safe to run again. Each stale pooled
@@ -254,7 +259,7 @@ async def _autocommit(
         # server had closed (or left mid-protocol): nothing ran, run it again.
         await run_to_completion(release(conn, driver, trusted=False))
         raise _StaleConnection(fresh=fresh) from failure
-    except CortexError as failure:
+    except (CortexError, NeedsTransaction) as failure:
         # Raised by cortex between statements (NotFound, Conflict): the
         # protocol is idle, and outside any transaction unless a fallback
         # transaction failed half-way.

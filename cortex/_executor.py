@@ -21,6 +21,8 @@ from cortex.errors import DatabaseError
 
 __all__ = [
     "SHARED_PARAMS",
+    "Composite",
+    "NeedsTransaction",
     "Result",
     "Routines",
     "Row",
@@ -98,6 +100,36 @@ def routine_key(sql: str) -> str:
 # Statement key to the SQL that calls its routine; shared by a store's calls,
 # and a routine found missing is removed from it.
 Routines = dict[str, str]
+
+
+class NeedsTransaction(Exception):
+    """Raised by a call in autocommit whose two statements have no routine: run it in a transaction."""
+
+
+@dataclass(frozen=True, eq=False)  # statements compare by identity (== builds SQL)
+class Composite:
+    """Two statements as one routine: ``first`` (an UPDATE ... RETURNING one row), then ``then``.
+
+    ``fed`` names binds of ``then`` that take a column ``first`` returned
+    (``{"m_seq_0": "message_count"}``); the routine's rows are ``then``'s, or
+    none when ``first`` matched no row.
+    """
+
+    first: sa.ClauseElement
+    then: sa.ClauseElement
+    fed: tuple[tuple[str, str], ...]
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s."""
+        first = _compile(self.first).order
+        fed = dict(self.fed)
+        rest = [n for n in _compile(self.then).order if n not in first and n not in fed]
+        return (*first, *dict.fromkeys(rest))
+
+    @property
+    def key(self) -> str:
+        return routine_key(f"{_compile(self.first).sql}\n;\n{_compile(self.then).sql}")
 
 
 _DIALECT: Final = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
@@ -208,5 +240,26 @@ class Tx:
         if self.own_transaction is None:
             raise StatementError("autocommit without a transaction to fall back on")
         rows = await self.own_transaction(compiled.sql, args)
+        self.completed += 1
+        return Result(rows)
+
+    async def call(self, composite: Composite, params: Mapping[str, Any]) -> Result:
+        """Run a two-statement routine (autocommit only); its rows.
+
+        Raises:
+            NeedsTransaction: no such routine (any more): nothing ran; the
+                caller runs the two statements in a transaction instead.
+        """
+        call = None if self.routines is None else self.routines.get(composite.key)
+        if call is None or self.routines is None:
+            raise NeedsTransaction
+        args = [params[name] for name in composite.order]
+        try:
+            rows: list[Row] = await self.driver.fetch(call, *args, record_class=Row)
+        except asyncpg.UndefinedFunctionError as exc:
+            if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
+                raise
+            self.routines.pop(composite.key, None)
+            raise NeedsTransaction from exc
         self.completed += 1
         return Result(rows)

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 
 from cortex._db import RetryTransaction
-from cortex._executor import Row, Tx
+from cortex._executor import Composite, Row, Tx
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
 from cortex._sessions import (
@@ -281,20 +281,10 @@ async def _append_routed(
     until COMMIT, so the numbering is as gap-free as the one-statement form.
     """
     params = _append_params(scope, session_id, batch)
-    bump = {k: params[k] for k in ("target_id", "batch_size", "preview")}
-    stmt = _bump_statement(depth_class(scope), "data_delta" in extra, "expected_count" in extra)
-    bumped = (await conn.execute(stmt, {**scope_params(scope), **bump, **extra})).first()
-    if bumped is None:
-        return []
-    first = bumped["message_count"] - len(batch.messages) + 1
-    values: dict[str, Any] = {
-        "scope_tenant": scope.tenant,
-        "target_id": session_id,
-        "m_created_at": bumped["updated_at"],
-    }
+    bump = {**scope_params(scope), **{k: params[k] for k in ("target_id", "batch_size", "preview")}}
+    values: dict[str, Any] = {"scope_tenant": scope.tenant, "target_id": session_id}
     for i, message in enumerate(batch.messages):
         values[f"m_id_{i}"] = batch.ids[i]
-        values[f"m_seq_{i}"] = first + i
         values[f"m_role_{i}"] = message.role
         values[f"m_content_{i}"] = message.content
         values[f"m_author_{i}"] = message.author
@@ -302,7 +292,36 @@ async def _append_routed(
         values[f"m_response_{i}"] = batch.responses[i]
         values[f"m_metadata_{i}"] = batch.metadata[i]
         values[f"m_payload_{i}"] = batch.payloads[i]
+    with_data, expected = "data_delta" in extra, "expected_count" in extra
+    if conn.routines is not None and len(batch.messages) == 1:
+        # Autocommit: both statements in one routine, run on the tenant's
+        # worker (cortex._routines); NeedsTransaction if it is not installed.
+        composite = routed_append(depth_class(scope), with_data, expected)
+        return (await conn.call(composite, {**bump, **extra, **values})).all()
+    stmt = _bump_statement(depth_class(scope), with_data, expected)
+    bumped = (await conn.execute(stmt, {**bump, **extra})).first()
+    if bumped is None:
+        return []
+    first = bumped["message_count"] - len(batch.messages) + 1
+    values["m_created_at"] = bumped["updated_at"]
+    for i in range(len(batch.messages)):
+        values[f"m_seq_{i}"] = first + i
     return (await conn.execute(_insert_rows_statement(len(batch.messages)), values)).all()
+
+
+@cache
+def routed_append(depth: int, with_data: bool = False, expected: bool = False) -> Composite:
+    """One message appended on Citus as one routine: the counter UPDATE, then the row.
+
+    The row's ``seq`` is the new ``message_count`` and its ``created_at`` the
+    session's new ``updated_at``, both taken inside the routine, under the
+    row lock the UPDATE holds until the call's implicit COMMIT.
+    """
+    return Composite(
+        _bump_statement(depth, with_data, expected),
+        _insert_rows_statement(1),
+        (("m_seq_0", "message_count"), ("m_created_at", "updated_at")),
+    )
 
 
 @cache

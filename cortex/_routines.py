@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
@@ -36,11 +37,20 @@ import asyncpg
 import sqlalchemy as sa
 
 from cortex import _messages, _sessions
-from cortex._executor import compile_statement, routine_key
+from cortex._executor import Composite, compile_statement, routine_key
 from cortex._filters import FilterShape
 from cortex._tables import TENANT_SETTING
 
-__all__ = ["PREFIX", "available", "drop_sql", "grant_sql", "hot_statements", "install"]
+__all__ = [
+    "PREFIX",
+    "available",
+    "drop_sql",
+    "grant_sql",
+    "hot_composites",
+    "hot_statements",
+    "install",
+    "wanted_count",
+]
 
 log = logging.getLogger("cortex")
 
@@ -100,6 +110,22 @@ def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
     # Shapes that compile alike (an exact-scope listing is one shape at every depth) are one.
     distinct = {compile_statement(stmt).key: stmt for stmt in out}
     return list(distinct.values())
+
+
+def hot_composites(distributed: bool = False) -> list[Composite]:
+    """Two-statement routines: on Citus, the one-message append (cortex._messages.routed_append)."""
+    if not distributed:
+        return []
+    return [
+        _messages.routed_append(depth, with_data, expected)
+        for depth in _DEPTHS
+        for with_data, expected in itertools.product((False, True), repeat=2)
+    ]
+
+
+def wanted_count(distributed: bool = False) -> int:
+    """How many routines this code installs (statements and two-statement shapes)."""
+    return len(hot_statements(distributed)) + len(hot_composites(distributed))
 
 
 def _quote(name: str) -> str:
@@ -163,6 +189,76 @@ async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> _De
     return _Definition(name, create, routine_key(compiled.sql), f"{name}({signature})", tenant)
 
 
+_PLACEHOLDER: Final = re.compile(r"\$([0-9]+)")
+
+
+async def _composite_definition(driver: asyncpg.Connection, composite: Composite) -> _Definition:
+    """How a two-statement shape becomes a routine: ``first ... INTO`` variables, then ``then``."""
+    first, then = compile_statement(composite.first), compile_statement(composite.then)
+    order = composite.order
+    fed = dict(composite.fed)
+    bound = [name for name in _TENANT_PARAMS if name in order]
+    if not bound:
+        raise ValueError("the statements bind no tenant")
+    one = await driver.prepare(first.sql)
+    two = await driver.prepare(then.sql)
+    first_types = await _type_names(driver, [t.oid for t in one.get_parameters()])
+    then_types = dict(
+        zip(
+            then.order,
+            await _type_names(driver, [t.oid for t in two.get_parameters()]),
+            strict=True,
+        )
+    )
+    params = [*first_types, *(then_types[name] for name in order[len(first.order) :])]
+    returned = one.get_attributes()
+    variables = {a.name: f"v_{a.name}" for a in returned}
+    variable_types = await _type_names(driver, [a.type.oid for a in returned])
+    attributes = two.get_attributes()
+    columns = [a.name for a in attributes]
+    if (
+        not columns
+        or len(set(columns)) != len(columns)
+        or not set(fed.values()) <= variables.keys()
+    ):
+        raise ValueError("a routine needs distinct result columns and the variables it feeds")
+    results = await _type_names(driver, [a.type.oid for a in attributes])
+
+    def renumber(match: re.Match[str]) -> str:
+        name = then.order[int(match.group(1)) - 1]
+        return variables[fed[name]] if name in fed else f"${order.index(name) + 1}"
+
+    then_sql = _PLACEHOLDER.sub(renumber, then.sql)
+    signature = ", ".join(params)
+    returns = ", ".join(f"{_quote(c)} {t}" for c, t in zip(columns, results, strict=True))
+    declare = "".join(
+        f"  {variable} {kind};\n"
+        for variable, kind in zip(variables.values(), variable_types, strict=True)
+    )
+    digest = hashlib.sha256(
+        f"{first.sql}\n;\n{then_sql}\n{signature}\n{returns}".encode()
+    ).hexdigest()
+    name = PREFIX + digest[:24]
+    tenant = order.index(bound[0]) + 1
+    body = (
+        "#variable_conflict use_column\n"
+        f"DECLARE\n{declare}"
+        "BEGIN\n"
+        f"  PERFORM pg_catalog.set_config('{TENANT_SETTING}', ${tenant}, true);\n"
+        f"  {first.sql} INTO {', '.join(variables.values())};\n"
+        "  IF NOT FOUND THEN RETURN; END IF;\n"
+        f"  RETURN QUERY {then_sql};\n"
+        "END\n"
+    )
+    if "$cortex$" in body:  # never: the SQL is compiled from cortex's own builders
+        raise ValueError("the statements contain the body's quote tag")
+    create = (
+        f"CREATE FUNCTION {name}({signature}) RETURNS TABLE ({returns})"
+        f" LANGUAGE plpgsql VOLATILE AS $cortex${body}$cortex$"
+    )
+    return _Definition(name, create, composite.key, f"{name}({signature})", tenant)
+
+
 def drop_sql() -> str:
     """One statement that drops every cortex routine in the current schema (after a downgrade)."""
     return (
@@ -199,9 +295,13 @@ async def install(
     and the statement run next to the data (docs/citus.md).
     """
     wanted: dict[str, _Definition] = {}
-    for stmt in hot_statements(distributed):
+    shapes: list[Any] = [*hot_statements(distributed), *hot_composites(distributed)]
+    for shape in shapes:
         try:
-            definition = await _definition(driver, stmt)
+            if isinstance(shape, Composite):
+                definition = await _composite_definition(driver, shape)
+            else:
+                definition = await _definition(driver, shape)
         except (ValueError, asyncpg.PostgresError) as exc:
             log.warning("statement not installed as a routine: %s", exc)
             continue

@@ -166,7 +166,7 @@ def cmd_current(args: argparse.Namespace) -> int:
     found = asyncio.run(_read_revision(url))
     distribution = asyncio.run(_read_distribution(url))
     routines = asyncio.run(_count_routines(url))
-    wanted = len(_routines.hot_statements(distribution.distributed))
+    wanted = _routines.wanted_count(distribution.distributed)
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,

@@ -602,9 +602,11 @@ class Store:
                 expected_count=expected_count,
                 distributed=self._distributed,
             ),
+            # On Citus a one-message append is one routine too (two router
+            # statements inside it); a larger batch is a transaction there.
             single=deltas is None
-            and not self._distributed
-            and _messages.appends_in_one_statement(batch),
+            and _messages.appends_in_one_statement(batch)
+            and (not self._distributed or len(batch.messages) == 1),
         )
 
     @boundary
