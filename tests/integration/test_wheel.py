@@ -20,6 +20,7 @@ import pytest
 
 import cortex
 from cortex._engine import SCHEMA_REVISION
+from cortex._routines import wanted_count
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,4 +73,7 @@ def test_wheel_in_a_clean_venv(blank_db: str, tmp_path: Path) -> None:
         "up_to_date": True,
         "distributed": False,
         "distribution": "not distributed (plain PostgreSQL)",
+        # The installed wheel's upgrade installs the routines too.
+        "routines": wanted_count(),
+        "routines_expected": wanted_count(),
     }
