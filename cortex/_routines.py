@@ -173,20 +173,26 @@ async def _definition(driver: asyncpg.Connection, stmt: sa.ClauseElement) -> _De
     returns = ", ".join(f"{_quote(c)} {t}" for c, t in zip(columns, results, strict=True))
     digest = hashlib.sha256(f"{compiled.sql}\n{signature}\n{returns}".encode()).hexdigest()
     name = PREFIX + digest[:24]
+    create = _create(name, signature, returns, tenant, "", f"  RETURN QUERY {compiled.sql};\n")
+    return _Definition(name, create, routine_key(compiled.sql), f"{name}({signature})", tenant)
+
+
+def _create(name: str, signature: str, returns: str, tenant: int, declare: str, run: str) -> str:
+    """CREATE FUNCTION for a routine: bind the tenant argument, then ``run`` (PL/pgSQL lines)."""
     body = (
         "#variable_conflict use_column\n"
-        "BEGIN\n"
-        f"  PERFORM pg_catalog.set_config('{TENANT_SETTING}', ${tenant}, true);\n"
-        f"  RETURN QUERY {compiled.sql};\n"
-        "END\n"
+        + (f"DECLARE\n{declare}" if declare else "")
+        + "BEGIN\n"
+        + f"  PERFORM pg_catalog.set_config('{TENANT_SETTING}', ${tenant}, true);\n"
+        + run
+        + "END\n"
     )
     if "$cortex$" in body:  # never: the SQL is compiled from cortex's own builders
         raise ValueError("the statement contains the body's quote tag")
-    create = (
+    return (
         f"CREATE FUNCTION {name}({signature}) RETURNS TABLE ({returns})"
         f" LANGUAGE plpgsql VOLATILE AS $cortex${body}$cortex$"
     )
-    return _Definition(name, create, routine_key(compiled.sql), f"{name}({signature})", tenant)
 
 
 _PLACEHOLDER: Final = re.compile(r"\$([0-9]+)")
@@ -240,22 +246,12 @@ async def _composite_definition(driver: asyncpg.Connection, composite: Composite
     ).hexdigest()
     name = PREFIX + digest[:24]
     tenant = order.index(bound[0]) + 1
-    body = (
-        "#variable_conflict use_column\n"
-        f"DECLARE\n{declare}"
-        "BEGIN\n"
-        f"  PERFORM pg_catalog.set_config('{TENANT_SETTING}', ${tenant}, true);\n"
+    run = (
         f"  {first.sql} INTO {', '.join(variables.values())};\n"
         "  IF NOT FOUND THEN RETURN; END IF;\n"
         f"  RETURN QUERY {then_sql};\n"
-        "END\n"
     )
-    if "$cortex$" in body:  # never: the SQL is compiled from cortex's own builders
-        raise ValueError("the statements contain the body's quote tag")
-    create = (
-        f"CREATE FUNCTION {name}({signature}) RETURNS TABLE ({returns})"
-        f" LANGUAGE plpgsql VOLATILE AS $cortex${body}$cortex$"
-    )
+    create = _create(name, signature, returns, tenant, declare, run)
     return _Definition(name, create, composite.key, f"{name}({signature})", tenant)
 
 
