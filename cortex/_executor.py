@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Final
 
 import asyncpg
@@ -119,7 +119,7 @@ class Composite:
     then: sa.ClauseElement
     fed: tuple[tuple[str, str], ...]
 
-    @property
+    @cached_property
     def order(self) -> tuple[str, ...]:
         """The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s."""
         first = _compile(self.first).order
@@ -127,7 +127,7 @@ class Composite:
         rest = [n for n in _compile(self.then).order if n not in first and n not in fed]
         return (*first, *dict.fromkeys(rest))
 
-    @property
+    @cached_property
     def key(self) -> str:
         return routine_key(f"{_compile(self.first).sql}\n;\n{_compile(self.then).sql}")
 
@@ -225,21 +225,32 @@ class Tx:
             rows: list[Row] = await self.driver.fetch(compiled.sql, *args, record_class=Row)
             self.completed += 1
             return Result(rows)
-        call = self.routines.get(compiled.key)
-        if call is not None:
-            try:
-                rows = await self.driver.fetch(call, *args, record_class=Row)
-                self.completed += 1
-                return Result(rows)
-            except asyncpg.UndefinedFunctionError as exc:
-                # Dropped by an upgrade since the store looked (cortex._routines.install):
-                # the call did nothing; forget the routine and use a transaction.
-                if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
-                    raise
-                self.routines.pop(compiled.key, None)
+        found = await self._routine(compiled.key, args)
+        if found is not None:
+            return found
         if self.own_transaction is None:
             raise StatementError("autocommit without a transaction to fall back on")
         rows = await self.own_transaction(compiled.sql, args)
+        self.completed += 1
+        return Result(rows)
+
+    async def _routine(self, key: str, args: list[Any]) -> Result | None:
+        """The rows of the routine installed for ``key``; None if there is none (any more).
+
+        A routine dropped by an upgrade since the store looked
+        (cortex._routines.install) did nothing: it is forgotten, and the
+        caller falls back on a transaction.
+        """
+        call = None if self.routines is None else self.routines.get(key)
+        if call is None or self.routines is None:
+            return None
+        try:
+            rows: list[Row] = await self.driver.fetch(call, *args, record_class=Row)
+        except asyncpg.UndefinedFunctionError as exc:
+            if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
+                raise
+            self.routines.pop(key, None)
+            return None
         self.completed += 1
         return Result(rows)
 
@@ -250,16 +261,7 @@ class Tx:
             NeedsTransaction: no such routine (any more): nothing ran; the
                 caller runs the two statements in a transaction instead.
         """
-        call = None if self.routines is None else self.routines.get(composite.key)
-        if call is None or self.routines is None:
+        found = await self._routine(composite.key, [params[name] for name in composite.order])
+        if found is None:
             raise NeedsTransaction
-        args = [params[name] for name in composite.order]
-        try:
-            rows: list[Row] = await self.driver.fetch(call, *args, record_class=Row)
-        except asyncpg.UndefinedFunctionError as exc:
-            if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
-                raise
-            self.routines.pop(composite.key, None)
-            raise NeedsTransaction from exc
-        self.completed += 1
-        return Result(rows)
+        return found

@@ -286,3 +286,19 @@ async def app_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
     """A raw connection as the application role: row-level security applies."""
     async for conn in _connection(database.app_url):
         yield conn
+
+
+def current_at_head() -> dict[str, object]:
+    """What ``cortex db current --json`` says of a plain database at this code's head."""
+    from cortex._engine import SCHEMA_REVISION
+    from cortex._routines import wanted_count
+
+    return {
+        "revision": SCHEMA_REVISION,
+        "expected": SCHEMA_REVISION,
+        "up_to_date": True,
+        "distributed": False,
+        "distribution": "not distributed (plain PostgreSQL)",
+        "routines": wanted_count(),
+        "routines_expected": wanted_count(),
+    }
