@@ -130,6 +130,10 @@ def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) ->
     return wrote_default if name is None else name == _UQ_DEFAULT
 
 
+# The enum member of each stored state (a lookup: calling the enum costs more).
+_STATE_OF: Final = {state.value: state for state in SessionState}
+
+
 def row_to_session(row: Row) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS."""
     return from_database(
@@ -146,7 +150,7 @@ def row_to_session(row: Row) -> Session:
             "backfilled_by": row["backfilled_by"],
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
-            "state": SessionState(row["state"]),
+            "state": _STATE_OF[row["state"]],
             "pending_count": row["pending_count"],
             "key": row["session_key"],
             "data": decode_data(row["data"]),

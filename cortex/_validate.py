@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
+import orjson
 from pydantic import ConfigDict, ValidationError, validate_call
 
 from cortex.errors import InvalidInput
@@ -175,24 +176,21 @@ def decode_json(text: str) -> Any:
     gives back exactly the value that was sent: ``1e16`` stays a float,
     ``-0.0`` keeps its sign, ``5e-324`` stays six characters.
     """
-    # Fast paths for what most documents hold, each exactly what json.loads
-    # returns for text encode_json wrote: {} (most metadata), and the scalars
-    # a state document stores one JSON text per key for.
     if text == "{}":
-        return {}
-    if text[:1] == '"' and "\\" not in text:
-        return text[1:-1]  # no escape: the characters between the quotes, as they are
-    number = _JSON_NUMBER.fullmatch(text)
-    if number is not None:
-        # json.loads's own rule: a fraction or an exponent makes a float.
-        return float(text) if number.group(1) or number.group(2) else int(text)
-    constant = _JSON_CONSTANTS.get(text, _NOT_CONSTANT)
-    if constant is not _NOT_CONSTANT:
-        return constant
+        return {}  # most metadata
+    if len(text) < _LONG or _LONG_DIGITS.search(text) is None:
+        # orjson decodes several times faster and gives exactly what json.loads
+        # gives, except for an integer past 64 bits (it returns a float: the
+        # search keeps every text that may hold one off it) and for text it
+        # refuses (a lone surrogate escape, an infinite number, nesting past
+        # 1024): then json.loads decides. A property test holds the two equal.
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(text)
 
 
-# A JSON number (RFC 8259), ASCII digits only: (fraction)(exponent).
-_JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_JSON_CONSTANTS: Final[dict[str, Any]] = {"true": True, "false": False, "null": None}
-_NOT_CONSTANT: Final = object()
+# 19 digits in a row may be an integer outside orjson's exact 64-bit range.
+_LONG: Final = 19
+_LONG_DIGITS: Final = re.compile(f"[0-9]{{{_LONG}}}")

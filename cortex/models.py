@@ -352,13 +352,15 @@ class _Model(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def from_database(cls: type[M], values: dict[str, Any]) -> M:
+def from_database(cls: type[M], values: dict[str, Any], private: dict[str, Any] | None = None) -> M:
     """Build a model from values the database already holds, without validating them.
 
     What ``model_construct`` does, minus its per-field default handling: every
     field is present, so this only sets the instance's slots. Reading a page of
     50 sessions spent more time in ``model_construct`` than in PostgreSQL. A
-    unit test keeps the result identical to ``model_construct``'s.
+    model with private attributes (an ADK ``Session``) gets ``private``, which
+    must name every one. Unit tests keep the result identical to
+    ``model_construct``'s, for cortex's models and for ADK's session.
     """
     obj = cls.__new__(cls)
     # In field order, as model_construct leaves them (serialisation follows it).
@@ -366,7 +368,7 @@ def from_database(cls: type[M], values: dict[str, Any]) -> M:
     object.__setattr__(obj, "__dict__", ordered)
     object.__setattr__(obj, "__pydantic_fields_set__", set(ordered))
     object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    object.__setattr__(obj, "__pydantic_private__", private)
     return obj
 
 

@@ -60,6 +60,7 @@ from cortex.models import (
     NewMessage,
     RequestedInput,
     Role,
+    from_database,
 )
 from cortex.models import Session as CortexSession
 from cortex.scope import Scope, use_scope
@@ -461,20 +462,24 @@ class CortexSessionService(BaseSessionService):
     ) -> Session:
         state = dict(stored.data)
         updated = state.pop(_UPDATED, None)
-        session = Session(
-            id=stored.key or stored.id,
-            app_name=app_name,
-            user_id=user_id,
-            state=state,
-            events=events,
-            last_update_time=(
-                float(updated)
-                if isinstance(updated, int | float)
-                else stored.updated_at.timestamp()
-            ),
+        # Every value is already of its field's type: built without
+        # validation, which cost more than the rest of a listing's row.
+        return from_database(
+            Session,
+            {
+                "id": stored.key or stored.id,
+                "app_name": app_name,
+                "user_id": user_id,
+                "state": state,
+                "events": events,
+                "last_update_time": (
+                    float(updated)
+                    if isinstance(updated, int | float)
+                    else stored.updated_at.timestamp()
+                ),
+            },
+            {"_storage_update_marker": str(stored.message_count)},
         )
-        session._storage_update_marker = str(stored.message_count)
-        return session
 
 
 async def _revision_of(store: Store, sid: str, session: Session) -> int:

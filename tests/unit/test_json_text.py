@@ -1,4 +1,4 @@
-"""decode_json's fast paths return exactly what json.loads returns for text encode_json wrote."""
+"""decode_json (orjson, with json.loads where orjson would differ) returns exactly what json.loads returns."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ _SCALARS = (
     st.none()
     | st.booleans()
     | st.integers()
+    # around orjson's exact range (signed and unsigned 64-bit)
+    | st.integers(min_value=-(2**64) - 5, max_value=2**64 + 5)
+    | st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64])
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text().filter(lambda t: "\x00" not in t)
 )
@@ -77,6 +80,28 @@ def test_decodes_as_json_loads(value: Any) -> None:
         "1e400",
         "-12.75",
         "1764500000.123456",
+        # integers at and past the 64-bit edges, alone and inside documents
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "18446744073709551615",
+        "18446744073709551616",
+        "123456789012345678901234567890",
+        '{"a":[1,-99999999999999999999]}',
+        '{"n":18446744073709551616}',
+        "9007199254740993",
+        # floats at the edges of the double range and of precision
+        "5e-324",
+        "2.2250738585072014e-308",
+        "1.7976931348623157e308",
+        "0.1000000000000000055511151231257827",
+        "1e-400",
+        "-1e400",
+        # text orjson refuses and json.loads takes
+        '"\\ud800"',
+        '["\\udfff", "x"]',
+        '{"a":1,"a":2}',
     ],
 )
 def test_edge_texts(text: str) -> None:

@@ -162,3 +162,27 @@ def test_from_database_equals_model_construct() -> None:
     assert fast.model_dump_json() == slow.model_dump_json()
     with pytest.raises(InvalidInput):
         fast.title = "x" * 1001  # still validated on assignment
+
+
+def test_from_database_equals_model_construct_with_private_attributes() -> None:
+    """ADK's Session (a private attribute, an alias generator) is built as model_construct builds it."""
+    adk = pytest.importorskip("google.adk.sessions.session")
+    from cortex.models import from_database
+
+    values: dict[str, Any] = {
+        "id": "s-1",
+        "app_name": "app",
+        "user_id": "u",
+        "state": {"k": [1, {"x": None}]},
+        "events": [],
+        "last_update_time": 1764500000.25,
+    }
+    fast = from_database(adk.Session, dict(values), {"_storage_update_marker": "3"})
+    slow = adk.Session.model_construct(**values)
+    slow._storage_update_marker = "3"
+    assert fast == slow
+    assert fast._storage_update_marker == "3"
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_dump_json(by_alias=True) == slow.model_dump_json(by_alias=True)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert adk.Session.model_validate(fast.model_dump()).model_dump() == fast.model_dump()
