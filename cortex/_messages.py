@@ -644,21 +644,18 @@ def _page_statement(
     before_seq``, newest first): either way a walk of ``uq_messages_session_seq
     (tenant_id, session_id, seq)`` that stops after the page, so a page costs
     the same however long the conversation is and however deep the page lies.
-    ``since``: only messages created after the bound ``since``; created_at
-    never decreases along seq (it is the session's updated_at, moved with
-    greatest()), so these are the conversation's tail.
+    ``since``: only messages created after the bound ``since``, which are
+    the conversation's tail: the walk starts after the last message created
+    at or before it (:func:`_since_boundary`), not at the first message.
     """
     seq = messages.c.seq
-    bound = (
-        seq < sa.bindparam("before_seq", type_=sa.Integer())
-        if newest_first
-        else seq > sa.bindparam("after_seq", type_=sa.Integer())
-    )
-    if since:
-        bound = sa.and_(
-            bound,
-            messages.c.created_at > sa.bindparam("since", type_=sa.DateTime(timezone=True)),
-        )
+    if newest_first:
+        bound = seq < sa.bindparam("before_seq", type_=sa.Integer())
+    elif since:
+        after = sa.bindparam("after_seq", type_=sa.Integer())
+        bound = seq > sa.func.greatest(after, _since_boundary(depth))
+    else:
+        bound = seq > sa.bindparam("after_seq", type_=sa.Integer())
     return (
         sa.select(*_MESSAGE_COLUMNS)
         .join(
@@ -677,6 +674,59 @@ def _page_statement(
         .order_by(seq.desc() if newest_first else seq)
         .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
+
+
+def _since_boundary(depth: int) -> sa.ScalarSelect[Any]:
+    """The last ``seq`` created at or before ``:since`` (0 for none): a binary search.
+
+    created_at never decreases along seq (it is the session's updated_at,
+    moved with greatest() under the row lock), and seq runs 1 to
+    message_count without a gap, so the boundary is found with about
+    log2(message_count) lookups of ``uq_messages_session_seq``, each one
+    index probe: 21 for a million messages, where a filter on created_at
+    walked every message from the first. The invariant: ``lo`` is created at
+    or before ``:since`` (0 stands before the first), ``hi`` after it
+    (message_count + 1 stands after the last); the search ends when they meet.
+    """
+    since = sa.bindparam("since", type_=sa.DateTime(timezone=True))
+    two = sa.literal_column("2")
+    count = sessions.c.message_count
+    start = (
+        sa.select(
+            sa.literal_column("0").label("lo"),
+            (count + sa.literal_column("1")).label("hi"),
+            ((count + sa.literal_column("1")).self_group().op("/")(two)).label("mid"),
+        )
+        .where(visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True)))
+        .cte("since_search", recursive=True)
+    )
+    # One index probe per step, whatever the statistics say: a scalar
+    # subquery on the work table's own ``mid`` column (arithmetic in the
+    # probe's condition is not leakproof, so under row-level security it was
+    # a filter over the session's whole seq index), in a LATERAL that OFFSET
+    # 0 keeps the planner from flattening (the subquery would run once per
+    # CASE). A missing row (never: seq has no gap) reads as "not later".
+    later = (
+        sa.select(messages.c.created_at > since)
+        .where(
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+            messages.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+            messages.c.seq == start.c.mid,
+        )
+        .correlate(start)
+        .scalar_subquery()
+    )
+    probe = sa.select(later.label("later")).offset(0).correlate(start).lateral("probe")
+    lo = sa.case((probe.c.later, start.c.lo), else_=start.c.mid)
+    hi = sa.case((probe.c.later, start.c.mid), else_=start.c.hi)
+    step = (
+        sa.select(lo, hi, (lo + hi).self_group().op("/")(two))
+        .select_from(start)
+        .join(probe, sa.true())
+        .where(start.c.hi - start.c.lo > sa.literal_column("1"))
+    )
+    search = start.union_all(step)
+    return sa.select(sa.func.max(search.c.lo)).scalar_subquery()
 
 
 async def list_messages(

@@ -293,14 +293,20 @@ async def install(
     wanted: dict[str, _Definition] = {}
     shapes: list[Any] = [*hot_statements(distributed), *hot_composites(distributed)]
     for shape in shapes:
+        # A shape PostgreSQL refuses costs its routine only, not the
+        # transaction the rest are installed in.
+        await driver.execute("SAVEPOINT cortex_routine")
         try:
             if isinstance(shape, Composite):
                 definition = await _composite_definition(driver, shape)
             else:
                 definition = await _definition(driver, shape)
         except (ValueError, asyncpg.PostgresError) as exc:
+            await driver.execute("ROLLBACK TO SAVEPOINT cortex_routine")
             log.warning("statement not installed as a routine: %s", exc)
             continue
+        finally:
+            await driver.execute("RELEASE SAVEPOINT cortex_routine")
         wanted[definition.name] = definition
     present = {row["name"]: row["signature"] for row in await driver.fetch(_ROUTINES_SQL)}
     dropped = 0
