@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import timedelta
 
@@ -129,7 +130,7 @@ async def test_since_matches_a_filter_over_every_message(store: cortex.Store, te
         everything = await store.list_messages(sid, limit=1000)
         times = sorted({m.created_at for m in everything})
         probes = [times[0] - timedelta(seconds=1), *times]
-        probes += [a + (b - a) / 2 for a, b in zip(times, times[1:], strict=False)]
+        probes += [a + (b - a) / 2 for a, b in itertools.pairwise(times)]
         for since in probes:
             expected = [m.seq for m in everything if m.created_at > since]
             got = await store.list_messages(sid, since=since, limit=1000)
