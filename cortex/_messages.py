@@ -689,7 +689,7 @@ def _since_boundary(depth: int) -> sa.ScalarSelect[Any]:
     (message_count + 1 stands after the last); the search ends when they meet.
     """
     since = sa.bindparam("since", type_=sa.DateTime(timezone=True))
-    two = sa.literal_column("2")
+    two: sa.ColumnClause[Any] = sa.literal_column("2")
     count = sessions.c.message_count
     start = (
         sa.select(
