@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from functools import cache
 from typing import Any, Final, NamedTuple, TypeVarTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from cortex._tables import sessions
@@ -39,8 +40,10 @@ __all__ = [
     "path_clause",
     "scope_params",
     "search_clause",
+    "searches_tenant",
     "session_predicate",
     "subtree_clause",
+    "tenant_search_statement",
     "visible",
 ]
 
@@ -171,25 +174,47 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
 def search_clause(shape: FilterShape) -> ColumnElement[bool]:
     """Title or preview contains the term (``search_pattern``), case-insensitively.
 
-    Two forms, chosen by the shape. Across a whole tenant the candidates come
-    from ``cortex_search_ids()`` (revision 20261015000007): under row-level
-    security PostgreSQL will not run the non-leakproof ILIKE inside the
-    trigram indexes, but that SECURITY DEFINER function can, for the bound
-    tenant only. Inside a narrower scope the term filters the listing walk
-    instead, which stops after a page and never reads the tenant's matches.
+    Across a whole tenant the candidates come from a ``SECURITY DEFINER``
+    function: under row-level security PostgreSQL will not run the
+    non-leakproof ILIKE inside the trigram indexes, but such a function can,
+    for the bound tenant only. On plain PostgreSQL that is
+    ``cortex_search_ids()`` (revision 20261015000007) inside the statement.
+    On Citus a function that reads a distributed table cannot run inside a
+    query routed to a shard, so the ids come first, from their own statement
+    (:func:`tenant_search_statement`), and bind as ``search_ids``.
 
-    On Citus (``shape.distributed``) the term always filters the walk: a
-    function that reads a distributed table cannot run inside a query routed
-    to a shard, and Citus cannot plan a SQL function with parameters there.
-    The shard's tenant-led indexes serve the walk (docs/citus.md).
+    Inside a narrower scope the term filters the listing walk instead, which
+    stops after a page and never reads the tenant's matches.
     """
     pattern = _text("search_pattern")
-    if shape.depth == 1 and not shape.exact and not shape.distributed:
+    if searches_tenant(shape):
+        if shape.distributed:
+            return sessions.c.id == sa.any_(sa.bindparam("search_ids", type_=_UUIDS))
         ids = sa.func.cortex_search_ids(pattern, type_=UUID(as_uuid=True))
         return sessions.c.id.in_(sa.select(ids))
     return sa.or_(
         sessions.c.title.ilike(pattern, escape=LIKE_ESCAPE),
         sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
+    )
+
+
+_UUIDS: Final = ARRAY(UUID(as_uuid=True))
+
+
+def searches_tenant(shape: FilterShape) -> bool:
+    """Whether the shape searches a whole tenant (candidates from the trigram indexes)."""
+    return shape.search and shape.depth == 1 and not shape.exact
+
+
+@cache
+def tenant_search_statement() -> sa.Select[tuple[list[uuid.UUID]]]:
+    """The bound tenant's sessions whose title or preview match, as one array (revision …12).
+
+    Its own statement: on Citus the function's query is a router query to
+    the tenant's shard, served by the shard's trigram indexes.
+    """
+    return sa.select(
+        sa.func.cortex_tenant_search(_text("scope_tenant"), _text("search_pattern"), type_=_UUIDS)
     )
 
 

@@ -28,7 +28,9 @@ from cortex._filters import (
     filter_shape,
     page,
     scope_params,
+    searches_tenant,
     session_predicate,
+    tenant_search_statement,
     visible,
 )
 from cortex._tables import scope_data, session_markers, sessions
@@ -561,7 +563,7 @@ async def select_page(
     """
     shape = filter_shape(scope, flt, distributed=distributed)
     stmt = _page_statement(shape, cursor=after is not None, offset=offset > 0)
-    params = {**filter_params(scope, flt), "limit": limit}
+    params = {**await _filter_params(conn, scope, flt, shape), "limit": limit}
     if offset > 0:
         params["offset"] = offset
     if after is not None:
@@ -574,8 +576,21 @@ async def count_sessions(
     conn: Tx, scope: Scope, flt: ListFilter, *, distributed: bool = False
 ) -> int:
     """How many sessions the listing would return without limit or offset."""
-    stmt = _count_statement(filter_shape(scope, flt, distributed=distributed))
-    return int((await conn.execute(stmt, filter_params(scope, flt))).scalar_one())
+    shape = filter_shape(scope, flt, distributed=distributed)
+    params = await _filter_params(conn, scope, flt, shape)
+    return int((await conn.execute(_count_statement(shape), params)).scalar_one())
+
+
+async def _filter_params(
+    conn: Tx, scope: Scope, flt: ListFilter, shape: FilterShape
+) -> dict[str, Any]:
+    """The listing's bind values; on Citus, a tenant-wide search's candidates first (one statement)."""
+    params = filter_params(scope, flt)
+    if shape.distributed and searches_tenant(shape):
+        found = (await conn.execute(tenant_search_statement(), params)).scalar_one()
+        del params["search_pattern"]  # the listing binds the ids instead
+        params["search_ids"] = found
+    return params
 
 
 async def resolve_default(

@@ -381,6 +381,8 @@ _GRANTS: Final = (
     ("SELECT", "TABLE cortex_schema_compat"),
     # Tenant-wide search (it checks the bound tenant itself).
     ("EXECUTE", "FUNCTION cortex_search_ids(text)"),
+    # The same, by tenant, in a statement of its own (what Citus can route).
+    ("EXECUTE", "FUNCTION cortex_tenant_search(text, text)"),
 )
 
 

@@ -10,6 +10,8 @@ make is also proof that it routed to one shard.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 
 import anyio
@@ -164,6 +166,65 @@ async def test_search_across_a_tenant_finds_its_own_matches_only(
         found = await store.list_sessions(ListFilter(search="needle"))
         assert [s.id for s in found] == [mine.id]
         assert await store.count_sessions(ListFilter(search="needle")) == 1
+
+
+def _index_scans(plan: object) -> list[str]:
+    """The index names every scan node of a plan uses, remote (shard) plans included."""
+    found: list[str] = []
+    if isinstance(plan, dict):
+        if "Index Name" in plan:
+            found.append(str(plan["Index Name"]))
+        for value in plan.values():
+            found += _index_scans(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            found += _index_scans(item)
+    return found
+
+
+async def test_tenant_search_runs_on_the_shards_trigram_index(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    """The search function's own query, as installed, is one task served by the tenant's trigram index.
+
+    50,000 sessions in the tenant, five matching: the shard's planner takes
+    the tenant-led trigram indexes by itself (no planner setting forced). At
+    5,000 it still reads the tenant's rows, which cost less there.
+    """
+    await owner_conn.execute(
+        """
+        INSERT INTO sessions (
+            tenant_id, id, agent_id, scope, scope_depth, title, last_message, created_at, updated_at
+        )
+        SELECT $1, gen_random_uuid(), 'bot', $1, 1,
+               CASE WHEN g % 10000 = 0 THEN 'a zanzibar trip ' ELSE 'hay stack ' END || g,
+               'the last thing said, number ' || g,
+               now(), now()
+        FROM generate_series(1, 50000) AS g
+        """,
+        tenant,
+    )
+    await owner_conn.execute("ANALYZE sessions")
+    source = await owner_conn.fetchval(
+        "SELECT prosrc FROM pg_proc WHERE oid = 'cortex_tenant_search(text, text)'::regprocedure"
+    )
+    inner = source[source.index("ARRAY(") + len("ARRAY(") : source.rindex(")")]
+    query = re.sub(r"\btenant\b", "$1", re.sub(r"\bpattern\b", "$2", inner))
+    async with owner_conn.transaction():
+        await owner_conn.execute(f"SET LOCAL cortex.tenant = '{tenant}'")
+        explained = await owner_conn.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + query, tenant, "%zanzibar%"
+        )
+    plan = json.loads(explained) if isinstance(explained, str) else explained
+    assert '"Task Count": 1' in json.dumps(plan)
+    indexes = _index_scans(plan)
+    assert any(name.startswith("ix_sessions_tenant_title_trgm_") for name in indexes), json.dumps(
+        plan
+    )[:2500]
+    with use_scope(tenant):
+        found = await store.list_sessions(ListFilter(search="ZANZIBAR", limit=10))
+        assert len(found) == 5
+        assert await store.count_sessions(ListFilter(search="zanzibar")) == 5
 
 
 def test_upgrade_distributes_a_database_migrated_before_citus(server_url: str) -> None:

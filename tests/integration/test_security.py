@@ -66,6 +66,7 @@ async def test_search_function_cannot_be_hijacked_through_pg_temp(
     async with app_conn.transaction():
         await app_conn.execute("SELECT set_config('cortex.tenant', 'anyone', true)")
         await app_conn.fetch("SELECT * FROM cortex_search_ids('%x%')")
+        await app_conn.fetch("SELECT cortex_tenant_search('anyone', '%x%')")
     try:
         assert await _rls_state(owner_conn, database.app_role) == (False, True)
         # And with no tenant bound, the role still reads nothing.
@@ -73,7 +74,7 @@ async def test_search_function_cannot_be_hijacked_through_pg_temp(
     finally:
         await owner_conn.execute(f'ALTER ROLE "{database.app_role}" NOBYPASSRLS')
         await owner_conn.execute("ALTER TABLE sessions ENABLE ROW LEVEL SECURITY")
-    record("isolation attacks: privilege escalation through SECURITY DEFINER", 2)
+    record("isolation attacks: privilege escalation through SECURITY DEFINER", 3)
 
 
 async def test_every_security_definer_function_pins_its_search_path(

@@ -154,7 +154,7 @@ async def test_concurrent_requests_never_cross(store: cortex.Store) -> None:
 
 @pytest.mark.skipif(
     CITUS_URL is not None,
-    reason="plain PostgreSQL's search path: on Citus cortex searches without the function",
+    reason="plain PostgreSQL's cortex_search_ids; on Citus: cortex_tenant_search, tested below",
 )
 async def test_search_function_sees_only_the_bound_tenant(
     store: cortex.Store, tenant: str, other_tenant: str, app_conn: asyncpg.Connection
@@ -172,3 +172,29 @@ async def test_search_function_sees_only_the_bound_tenant(
     with use_scope(tenant):
         found = await store.list_sessions(ListFilter(search="SECRET OF"))
     assert [s.id for s in found] == [mine]
+
+
+async def test_tenant_search_by_key_answers_only_for_the_bound_tenant(
+    store: cortex.Store, tenant: str, other_tenant: str, app_conn: asyncpg.Connection
+) -> None:
+    """cortex_tenant_search (revision …12; what Citus routes) bypasses the policy, never the binding."""
+    from cortex.ids import format_id
+
+    mine = await _seed(store, tenant)
+    theirs = await _seed(store, other_tenant)
+    search = "SELECT cortex_tenant_search($1, '%secret%')"
+    # No tenant bound: nothing, whichever tenant is asked for.
+    assert await app_conn.fetchval(search, tenant) == []
+    async with app_conn.transaction():
+        await app_conn.execute(_binding(tenant))
+        assert [format_id("ses", i) for i in await app_conn.fetchval(search, tenant)] == [mine]
+        # Another tenant's name while bound to mine: nothing (not their ids).
+        assert await app_conn.fetchval(search, other_tenant) == []
+        assert await app_conn.fetchval(search, "") == []
+    with use_scope(other_tenant):
+        found = await store.list_sessions(ListFilter(search="secret"))
+        assert [s.id for s in found] == [theirs]
+        assert await store.count_sessions(ListFilter(search="secret")) == 1
+        # A term with LIKE's own characters is matched literally.
+        assert await store.list_sessions(ListFilter(search="secret_of%")) == []
+    record("isolation attacks: raw SQL as the application role", 2)
