@@ -29,6 +29,7 @@ from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
 from cortex.migrate import (
     MIGRATION_LOCK_KEY,
+    check_distributed_downgrade,
     check_downgrade,
     distribute_all_sql,
     install_routines,
@@ -84,6 +85,15 @@ def _lock(connection: Connection) -> None:
 def _do_run_migrations(connection: Connection) -> None:
     _lock(connection)
     try:
+        going_to = config.attributes.get("downgrade_to")
+        if going_to is not None:
+            # Under the lock, before any step runs: a Citus database has a floor.
+            try:
+                check_distributed_downgrade(
+                    connection, ScriptDirectory.from_config(config), going_to
+                )
+            finally:
+                connection.rollback()
         target = config.attributes.get("guard_downgrade_to")
         if target is not None:
             # Under the lock, before any step runs: what would the steps down destroy?

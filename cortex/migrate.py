@@ -262,6 +262,7 @@ def downgrade(url: str, revision: str, *, allow_data_loss: bool = False) -> None
             has run then.
     """
     config = alembic_config(url)
+    config.attributes["downgrade_to"] = revision
     if not allow_data_loss:
         config.attributes["guard_downgrade_to"] = revision
     command.downgrade(config, revision)
@@ -296,6 +297,47 @@ def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> N
         raise DataLossRefused(
             f"downgrade to {target} would destroy data: {'; '.join(lost)}. "
             "Pass --allow-data-loss (cortex db downgrade) to go ahead"
+        )
+
+
+# The oldest revision a distributed (Citus) database can be at. Below it the
+# backfill is undone by cross-tenant statements, then messages lose
+# tenant_id, their distribution column: the schema before sessions existed
+# cannot be distributed by tenant at all (add Citus after this revision).
+CITUS_FLOOR: Final = "20260824000004"
+
+_SESSIONS_DISTRIBUTED_SQL: Final = """
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_dist_partition
+    WHERE logicalrelid = pg_catalog.to_regclass('sessions')
+)
+"""
+
+
+def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> None:
+    """Refuse, before any step runs, a downgrade that would take a distributed database below CITUS_FLOOR.
+
+    Raises:
+        InvalidInput: the database is distributed and ``target`` lies below
+            :data:`CITUS_FLOOR` (or is not a revision of this history).
+    """
+    if not conn.execute(sa.text(_CITUS_SQL)).scalar():
+        return
+    if not conn.execute(sa.text(_SESSIONS_DISTRIBUTED_SQL)).scalar():
+        return
+    heads = MigrationContext.configure(conn).get_current_heads()
+    try:
+        steps = script.revision_map.iterate_revisions(
+            heads, target, select_for_downgrade=True, inclusive=False
+        )
+        undone = {step.revision for step in steps}
+    except (CommandError, RevisionError) as exc:
+        raise InvalidInput(f"revision: {exc}") from None
+    if CITUS_FLOOR in undone:
+        raise InvalidInput(
+            f"revision: {target} is below {CITUS_FLOOR}, the oldest revision a distributed"
+            " (Citus) database can be at: before it messages have no tenant to be distributed"
+            f" by. Downgrade to {CITUS_FLOOR} at the lowest; nothing was changed"
         )
 
 

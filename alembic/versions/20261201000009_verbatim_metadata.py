@@ -107,8 +107,24 @@ def data_loss(bind: Connection) -> list[str]:
     return []
 
 
+# Citus refuses even DROP TRIGGER IF EXISTS on a distributed table, where
+# the trigger was never made: drop it only where it is.
+DROP_TRIGGER = f"""
+DO $trigger$
+BEGIN
+    IF EXISTS (
+        SELECT FROM pg_catalog.pg_trigger
+        WHERE tgname = '{TRIGGER}' AND tgrelid = pg_catalog.to_regclass('sessions')
+    ) THEN
+        DROP TRIGGER {TRIGGER} ON sessions;
+    END IF;
+END
+$trigger$
+"""
+
+
 def downgrade() -> None:
-    op.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON sessions")
+    op.execute(DROP_TRIGGER)
     op.execute("DROP FUNCTION IF EXISTS cortex_forget_metadata_text()")
     for table in TABLES:
         op.execute(

@@ -256,6 +256,37 @@ def test_upgrade_distributes_a_database_migrated_before_citus(server_url: str) -
         drop_database(server_url, db)
 
 
+def test_downgrade_to_the_floor_and_back_and_no_further(server_url: str) -> None:
+    """Every revision's downgrade runs on the cluster down to CITUS_FLOOR, and upgrade comes back.
+
+    Below the floor the CLI refuses before any step runs (the schema there
+    cannot be distributed by tenant), and the database stays where it was.
+    """
+    from cortex._engine import SCHEMA_REVISION
+    from cortex.migrate import CITUS_FLOOR
+
+    db = create_database(server_url)
+    try:
+        owner = db.owner_url
+        assert main(["--database-url", owner, "db", "downgrade", "20260824000003"]) != 0
+        assert asyncio.run(_revision(owner)) == SCHEMA_REVISION
+        assert main(["--database-url", owner, "db", "downgrade", CITUS_FLOOR]) == 0
+        assert asyncio.run(_revision(owner)) == CITUS_FLOOR
+        assert main(["--database-url", owner, "db", "upgrade"]) == 0
+        assert asyncio.run(_revision(owner)) == SCHEMA_REVISION
+        assert asyncio.run(_distribution(owner)) == {(t, "distributed") for t in _TABLES}
+    finally:
+        drop_database(server_url, db)
+
+
+async def _revision(url: str) -> str:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        return str(await conn.fetchval("SELECT version_num FROM alembic_version"))
+    finally:
+        await conn.close()
+
+
 async def _distribution(url: str) -> set[tuple[str, str]]:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
