@@ -226,9 +226,8 @@ def _bump_statement(depth: int, with_data: bool = False, expected: bool = False)
     )
 
 
-# Batches up to this size append as two router statements on Citus (one
-# INSERT ... VALUES shape per size, so the shapes stay few); larger batches,
-# rare, take the one-statement form there too.
+# On Citus the rows of an append go in INSERT ... VALUES statements of at
+# most this many rows (one shape per size, so the shapes stay few).
 _ROUTED_BATCH: Final = 32
 
 
@@ -282,31 +281,48 @@ async def _append_routed(
     """
     params = _append_params(scope, session_id, batch)
     bump = {**scope_params(scope), **{k: params[k] for k in ("target_id", "batch_size", "preview")}}
-    values: dict[str, Any] = {"scope_tenant": scope.tenant, "target_id": session_id}
-    for i, message in enumerate(batch.messages):
-        values[f"m_id_{i}"] = batch.ids[i]
-        values[f"m_role_{i}"] = message.role
-        values[f"m_content_{i}"] = message.content
-        values[f"m_author_{i}"] = message.author
-        values[f"m_requested_{i}"] = batch.requested[i]
-        values[f"m_response_{i}"] = batch.responses[i]
-        values[f"m_metadata_{i}"] = batch.metadata[i]
-        values[f"m_payload_{i}"] = batch.payloads[i]
     with_data, expected = "data_delta" in extra, "expected_count" in extra
-    if conn.routines is not None and len(batch.messages) == 1:
+    n = len(batch.messages)
+    if conn.routines is not None and n == 1:
         # Autocommit: both statements in one routine, run on the tenant's
         # worker (cortex._routines); NeedsTransaction if it is not installed.
         composite = routed_append(depth_class(scope), with_data, expected)
+        values = _row_values(scope, session_id, batch, range(1))
         return (await conn.call(composite, {**bump, **extra, **values})).all()
     stmt = _bump_statement(depth_class(scope), with_data, expected)
     bumped = (await conn.execute(stmt, {**bump, **extra})).first()
     if bumped is None:
         return []
-    first = bumped["message_count"] - len(batch.messages) + 1
-    values["m_created_at"] = bumped["updated_at"]
-    for i in range(len(batch.messages)):
-        values[f"m_seq_{i}"] = first + i
-    return (await conn.execute(_insert_rows_statement(len(batch.messages)), values)).all()
+    first = bumped["message_count"] - n + 1
+    rows: list[Row] = []
+    # A larger batch goes in chunks of _ROUTED_BATCH rows, each a router
+    # INSERT ... VALUES, still under the row lock the UPDATE holds.
+    for start in range(0, n, _ROUTED_BATCH):
+        chunk = range(start, min(start + _ROUTED_BATCH, n))
+        values = _row_values(scope, session_id, batch, chunk)
+        values["m_created_at"] = bumped["updated_at"]
+        for j, i in enumerate(chunk):
+            values[f"m_seq_{j}"] = first + i
+        rows += (await conn.execute(_insert_rows_statement(len(chunk)), values)).all()
+    return rows
+
+
+def _row_values(
+    scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, chunk: range
+) -> dict[str, Any]:
+    """Bind values of :func:`_insert_rows_statement` for the batch's messages in ``chunk`` (seq aside)."""
+    values: dict[str, Any] = {"scope_tenant": scope.tenant, "target_id": session_id}
+    for j, i in enumerate(chunk):
+        message = batch.messages[i]
+        values[f"m_id_{j}"] = batch.ids[i]
+        values[f"m_role_{j}"] = message.role
+        values[f"m_content_{j}"] = message.content
+        values[f"m_author_{j}"] = message.author
+        values[f"m_requested_{j}"] = batch.requested[i]
+        values[f"m_response_{j}"] = batch.responses[i]
+        values[f"m_metadata_{j}"] = batch.metadata[i]
+        values[f"m_payload_{j}"] = batch.payloads[i]
+    return values
 
 
 @cache
@@ -597,7 +613,7 @@ async def append_messages(
     if expected_count is not None:
         extra["expected_count"] = expected_count
     try:
-        if distributed and len(batch.messages) <= _ROUTED_BATCH:
+        if distributed:
             rows = await _append_routed(conn, scope, session_id, batch, extra)
         else:
             stmt = _append_statement(
@@ -630,7 +646,7 @@ async def append_messages(
     # Questions and answers change operator state; plain messages (the hot
     # path) cost no second statement.
     if any(m.requested_input is not None or m.function_response is not None for m in appended):
-        await record_inputs(conn, scope, session_id, appended)
+        await record_inputs(conn, scope, session_id, appended, distributed=distributed)
     return appended
 
 
@@ -914,7 +930,9 @@ def _inputs_statement() -> sa.Select[*tuple[Any, ...]]:
     )
 
 
-async def _rebuild_pending(conn: Tx, scope: Scope, session: Session) -> None:
+async def _rebuild_pending(
+    conn: Tx, scope: Scope, session: Session, *, distributed: bool = False
+) -> None:
     """Recompute a session's pending inputs from its questions and answers.
 
     Only after removing a question or an answer (rare): a popped answer
@@ -932,7 +950,8 @@ async def _rebuild_pending(conn: Tx, scope: Scope, session: Session) -> None:
             {"scope_tenant": scope.tenant, "target_id": params["target_id"]},
         )
     ).all()
-    await record_inputs(conn, scope, params["target_id"], [row_to_message(r) for r in rows])
+    history = [row_to_message(r) for r in rows]
+    await record_inputs(conn, scope, params["target_id"], history, distributed=distributed)
 
 
 @cache
@@ -944,8 +963,12 @@ def _zero_pending_statement(depth: int) -> sa.Update:
     )
 
 
-async def pop_message(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Message | None:
+async def pop_message(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, *, distributed: bool = False
+) -> Message | None:
     """Remove and return a visible session's last message; None if it has none.
+
+    ``distributed`` (Citus): pending inputs are rebuilt with router statements.
 
     The session's row lock is taken first, so concurrent pops (and appends)
     queue: each pop removes a different message, ``message_count`` falls by
@@ -974,7 +997,7 @@ async def pop_message(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Message 
     await conn.execute(recount, params)
     popped = row_to_message(row)
     if popped.requested_input is not None or popped.function_response is not None:
-        await _rebuild_pending(conn, scope, session)
+        await _rebuild_pending(conn, scope, session, distributed=distributed)
     return popped
 
 

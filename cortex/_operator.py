@@ -15,6 +15,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import ReturningDelete
 
 from cortex._executor import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
@@ -23,7 +24,14 @@ from cortex._sessions import SESSION_COLUMNS, lock_session_id, row_to_session, s
 from cortex._tables import messages, pending_inputs, session_markers, sessions
 from cortex.errors import AlreadyAborted, Conflict, NotFound, SessionAborted
 from cortex.ids import SESSION_PREFIX, format_id
-from cortex.models import Message, PendingInput, Session, SessionDetail, SessionState
+from cortex.models import (
+    Message,
+    PendingInput,
+    RequestedInput,
+    Session,
+    SessionDetail,
+    SessionState,
+)
 from cortex.scope import Scope
 
 __all__ = [
@@ -145,6 +153,93 @@ def _record_statement(depth: int) -> sa.Update:
     )
 
 
+async def _record_routed(
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    questions: list[tuple[int, RequestedInput, str]],
+    answered: list[str],
+) -> None:
+    """:func:`_record_statement`'s work as router statements, for Citus.
+
+    Citus runs the one-statement form (data-modifying CTEs, ``INSERT ...
+    SELECT`` from ``unnest``) through the coordinator. Here: the answers'
+    DELETE, then the questions' ``INSERT ... VALUES``, then the counter,
+    each routed to the tenant's shard. Every pending question the DELETE can
+    meet was raised by an earlier append, so before any answer of this batch
+    (``raised_seq < seq`` holds for all of them); the batch's own questions
+    are inserted after it, and those it answers itself were dropped already.
+    """
+    same = {"scope_tenant": scope.tenant, "target_id": session_id}
+    delta = 0
+    if answered:
+        resolved = await conn.execute(_resolve_statement(), {**same, "a_ids": answered})
+        delta -= len(resolved.all())
+    for start in range(0, len(questions), _QUESTION_ROWS):
+        chunk = questions[start : start + _QUESTION_ROWS]
+        values: dict[str, Any] = dict(same)
+        for j, (seq, asked, author) in enumerate(chunk):
+            values[f"q_seq_{j}"] = seq
+            values[f"q_id_{j}"] = asked.interrupt_id
+            values[f"q_message_{j}"] = asked.message
+            values[f"q_author_{j}"] = author
+            values[f"q_schema_{j}"] = _json_or_none(asked.response_schema)
+            values[f"q_payload_{j}"] = _json_or_none(asked.payload)
+        await conn.execute(_ask_statement(len(chunk)), values)
+        delta += len(chunk)
+    if delta:
+        params = {**scope_params(scope), "target_id": session_id, "pending_delta": delta}
+        await conn.execute(_pending_delta_statement(depth_class(scope)), params)
+
+
+# Questions per INSERT ... VALUES on Citus (one statement shape per count).
+_QUESTION_ROWS: Final = 8
+
+
+@cache
+def _resolve_statement() -> ReturningDelete[*tuple[Any, ...]]:
+    return (
+        sa.delete(pending_inputs)
+        .where(
+            _same_session(pending_inputs),
+            pending_inputs.c.interrupt_id == sa.any_(sa.bindparam("a_ids", type_=ARRAY(sa.Text()))),
+        )
+        .returning(pending_inputs.c.raised_seq)
+    )
+
+
+@cache
+def _ask_statement(count: int) -> sa.Insert:
+    rows = [
+        {
+            "tenant_id": _text("scope_tenant"),
+            "session_id": _sid(),
+            "raised_seq": sa.bindparam(f"q_seq_{j}", type_=sa.Integer()),
+            "interrupt_id": _text(f"q_id_{j}"),
+            "message": _text(f"q_message_{j}"),
+            "author": _text(f"q_author_{j}"),
+            # Not clock_timestamp(): VOLATILE, refused by Citus here.
+            "raised_at": sa.func.statement_timestamp(),
+            "response_schema": sa.cast(_text(f"q_schema_{j}"), JSONB()),
+            "payload": sa.cast(_text(f"q_payload_{j}"), JSONB()),
+        }
+        for j in range(count)
+    ]
+    return sa.insert(pending_inputs).values(rows)
+
+
+@cache
+def _pending_delta_statement(depth: int) -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == _sid())
+        .values(
+            pending_count=sessions.c.pending_count
+            + sa.bindparam("pending_delta", type_=sa.Integer())
+        )
+    )
+
+
 def _json_or_none(value: Any) -> str | None:
     import json
 
@@ -152,13 +247,19 @@ def _json_or_none(value: Any) -> str | None:
 
 
 async def record_inputs(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, stored: list[Message]
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    stored: list[Message],
+    *,
+    distributed: bool = False,
 ) -> None:
     """Keep pending_inputs and pending_count current for messages just appended.
 
     Runs in the append's transaction, after the append statement took the
     session's row lock, so concurrent appends to the session see each other's
-    questions and answers in order.
+    questions and answers in order. ``distributed`` (Citus): as router
+    statements (:func:`_record_routed`).
     """
     answers = [(m.seq, m.function_response.id) for m in stored if m.function_response]
     questions = [
@@ -170,6 +271,9 @@ async def record_inputs(
         )
     ]
     if not questions and not answers:
+        return
+    if distributed:
+        await _record_routed(conn, scope, session_id, questions, [a_id for _, a_id in answers])
         return
     params = {
         **scope_params(scope),

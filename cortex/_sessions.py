@@ -221,21 +221,37 @@ def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.I
         # A generated id is a fresh UUIDv7 no marker can name: a plain
         # INSERT ... VALUES, which Citus routes straight to the tenant's shard.
         return sa.insert(sessions).values(**values).returning(*_returned(distributed))
+    if distributed:
+        # Whether a marker is parked was read first (_parked_statement), under
+        # the id's lock: a plain INSERT ... VALUES, a router statement, where
+        # Citus would pull an INSERT ... SELECT through the coordinator.
+        values["is_interrupted"] = sa.bindparam("new_is_interrupted", type_=sa.Boolean())
+        return sa.insert(sessions).values(**values).returning(*_returned(distributed))
     # A marker parked by mark_interrupted before this session existed shows
     # now, if it was set in this exact scope. INSERT ... SELECT, not a
-    # subquery inside VALUES: Citus refuses those (docs/citus.md).
-    values["is_interrupted"] = sa.exists().where(
+    # subquery inside VALUES (which Citus refuses; docs/citus.md).
+    values["is_interrupted"] = _parked_marker()
+    return (
+        sa.insert(sessions)
+        .from_select(list(values), sa.select(*(v.label(k) for k, v in values.items())))
+        .returning(*_returned(distributed))
+    )
+
+
+def _parked_marker() -> sa.Exists:
+    """An interrupt marker parked for the new session's id in its exact scope."""
+    return sa.exists().where(
         # scope_tenant, the one tenant parameter (the merged state reads by it too).
         session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
         session_markers.c.session_id == _id_param(),
         session_markers.c.kind == "interrupted",
         session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
     )
-    return (
-        sa.insert(sessions)
-        .from_select(list(values), sa.select(*(v.label(k) for k, v in values.items())))
-        .returning(*_returned(distributed))
-    )
+
+
+@cache
+def _parked_statement() -> sa.Select[tuple[bool]]:
+    return sa.select(_parked_marker())
 
 
 @cache
@@ -468,6 +484,11 @@ async def insert_session(
             if existing["same"]:
                 return row_to_session(existing)
             raise Conflict(taken)
+        if distributed:
+            parked = {k: params[k] for k in ("scope_tenant", "target_id", "new_scope")}
+            params["new_is_interrupted"] = (
+                await conn.execute(_parked_statement(), parked)
+            ).scalar_one()
     try:
         stmt = _insert_statement(caller_chosen_id, distributed)
         row = (await conn.execute(stmt, params)).one()

@@ -660,7 +660,10 @@ class Store:
             NotFound: the session is not visible.
         """
         scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _messages.pop_message(conn, scope, sid))
+        return await self._run(
+            scope,
+            lambda conn: _messages.pop_message(conn, scope, sid, distributed=self._distributed),
+        )
 
     @boundary
     async def clear_messages(self, session_id: SessionId) -> Session:

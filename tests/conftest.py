@@ -237,6 +237,23 @@ def portal_store(
     portal.call(cm.__aexit__, None, None, None)
 
 
+@pytest.fixture(scope="module")
+def portal_router_store(
+    database: Database, portal: anyio.from_thread.BlockingPortal
+) -> Iterator[cortex.Store]:
+    """``portal_store`` sending the statements it sends on Citus (``Store.distributed``).
+
+    On plain PostgreSQL: the router forms (two-statement appends, rows in
+    chunks, questions and answers as separate statements, searches through
+    ``cortex_tenant_search``) run in every lane, against the same models.
+    """
+    cm = cortex.connect(database.app_url)
+    store = portal.call(cm.__aenter__)
+    store._distributed = True
+    yield store
+    portal.call(cm.__aexit__, None, None, None)
+
+
 def store_url(database: Database) -> str:
     """What the ``store`` fixture connects to; in the Citus lane, one that refuses fan-out.
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import uuid
+from typing import Any
 
 import anyio
 import asyncpg
@@ -30,6 +31,7 @@ from tests.conftest import (
     citus_workers,
     create_database,
     drop_database,
+    store_url,
 )
 from tests.factories import agent
 
@@ -225,6 +227,140 @@ async def test_tenant_search_runs_on_the_shards_trigram_index(
         found = await store.list_sessions(ListFilter(search="ZANZIBAR", limit=10))
         assert len(found) == 5
         assert await store.count_sessions(ListFilter(search="zanzibar")) == 5
+
+
+async def _every_public_call(store: cortex.Store, tenant: str) -> None:
+    """Each store method once or more, with the statement shapes that differ by input."""
+    from cortex.ids import SESSION_PREFIX, format_id
+
+    bot = agent()
+    with use_scope(f"{tenant}/team/user"):
+        made = await store.create_session(bot, title="needle in a title", key="k1", data={"a": 1})
+        chosen = format_id(SESSION_PREFIX, uuid.uuid4())
+        await store.mark_interrupted(chosen, "parked before it exists")
+        await store.create_session(bot, session_id=chosen, metadata={"m": 1})
+        await store.create_session(bot, session_id=chosen, metadata={"m": 1})  # a retry
+        default = await store.resolve_session(bot)
+        await store.resolve_session(bot)
+        await store.resolve_session(bot, key="k2")
+        await store.set_default_session(made.id)
+        await store.get_session(made.id)
+        await store.get_session_by_key(bot, "k1")
+        got = await store.get_session(default.id)
+        await store.update_session(got.model_copy(update={"title": "renamed"}))
+        await store.append_message(made.id, NewMessage("user", "one"))
+        await store.append_messages(made.id, [NewMessage("user", f"m{i}") for i in range(5)])
+        await store.append_messages(made.id, [NewMessage("user", f"b{i}") for i in range(40)])
+        await store.append_messages(
+            made.id, [NewMessage("user", "x")], data={"b": 2}, scope_data={tenant: {"u": 1}}
+        )
+        await store.append_messages(made.id, [NewMessage("user", "y")], expected_count=47)
+        asked = cortex.RequestedInput(interrupt_id="q1", message="ok?")
+        await store.append_message(made.id, NewMessage("assistant", "ok?", requested_input=asked))
+        await store.inspect_session(made.id)
+        await store.resume(made.id, "q1", {"ok": True})
+        await store.append_message(
+            made.id,
+            NewMessage(
+                "assistant",
+                "again?",
+                requested_input=asked.model_copy(update={"interrupt_id": "q2"}),
+            ),
+        )
+        await store.pop_message(made.id)
+        await store.list_messages(made.id, after_seq=3, limit=10)
+        since = (await store.list_messages(made.id, limit=1))[0].created_at
+        await store.list_messages(made.id, since=since)
+        await store.recent_messages(made.id, limit=5)
+        await store.get_session_with_messages(made.id, limit=5)
+        await store.get_scope_data()
+        await store.abort_session(default.id, "stop")
+        await store.clear_interrupted(chosen)
+        await store.clear_messages(chosen)
+        await store.delete_session(chosen)
+    for scope in (tenant, f"{tenant}/team", f"{tenant}/team/user"):
+        with use_scope(scope):
+            for flt in (
+                ListFilter(),
+                ListFilter(agent_id=bot, exact=True),
+                ListFilter(default_only=True),
+                ListFilter(search="needle"),
+                ListFilter(state=cortex.SessionState.PAUSED),
+                ListFilter(limit=1, offset=1),
+            ):
+                await store.list_sessions(flt)
+                await store.count_sessions(flt)
+            _ = [s async for s in store.iter_sessions(ListFilter(limit=1))]
+
+
+def _plan_problems(plan: object) -> list[str]:
+    """What in a Citus plan is not a single-shard router query."""
+    problems: list[str] = []
+    if isinstance(plan, dict):
+        provider = plan.get("Custom Plan Provider")
+        if provider is not None and provider != "Citus Adaptive":
+            problems.append(f"executed by {provider}")
+        method = plan.get("INSERT/SELECT method")
+        if method is not None:
+            problems.append(f"INSERT ... SELECT by {method}")
+        if "Subplans" in plan:
+            problems.append("distributed subplans (run through the coordinator)")
+        tasks = plan.get("Task Count")
+        if tasks is not None and tasks != 1:
+            problems.append(f"{tasks} tasks")
+        for value in plan.values():
+            problems += _plan_problems(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            problems += _plan_problems(item)
+    return problems
+
+
+async def test_every_statement_is_a_single_shard_router_query(
+    database: Database, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EXPLAIN of every statement the store sends: one task, run by Citus's router, nothing via the coordinator.
+
+    The store runs without its routines, so each statement is sent (and
+    captured) as itself: a routine's body is the same statement. The strict
+    lane already refuses fan-out; this also refuses the single-shard plans
+    that go through the coordinator (``INSERT ... SELECT`` pulled there,
+    distributed subplans).
+    """
+    from cortex import _executor
+
+    seen: dict[str, list[Any]] = {}
+    original = _executor.Tx.execute
+
+    async def capture(self: _executor.Tx, stmt: Any, params: Any = None) -> _executor.Result:
+        compiled = _executor.compile_statement(stmt)
+        given = params or {}
+        args = [given[n] if n in given else compiled.fixed[n] for n in compiled.order]
+        seen.setdefault(compiled.sql, args)
+        return await original(self, stmt, params)
+
+    monkeypatch.setattr(_executor.Tx, "execute", capture)
+    async with cortex.connect(store_url(database)) as store:
+        store._routines.clear()
+        await _every_public_call(store, tenant)
+    assert len(seen) > 40
+    conn = await asyncpg.connect(asyncpg_dsn(database.app_url))
+    problems: dict[str, list[str]] = {}
+    try:
+        for sql, args in seen.items():
+            async with conn.transaction():
+                await conn.execute(
+                    "SET LOCAL citus.propagate_set_commands = 'local';"
+                    f" SET LOCAL cortex.tenant = '{tenant}'"
+                )
+                explained = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
+            plan = json.loads(explained) if isinstance(explained, str) else explained
+            found = _plan_problems(plan)
+            if found:
+                problems[sql[:300]] = found
+    finally:
+        await conn.close()
+    assert problems == {}
 
 
 def test_upgrade_distributes_a_database_migrated_before_citus(server_url: str) -> None:

@@ -126,3 +126,16 @@ def test_maintained_state_equals_derivation(
     portal_store: cortex.Store, portal: anyio.from_thread.BlockingPortal, history: list[Step]
 ) -> None:
     portal.call(replay, portal_store, history)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(history=steps)
+def test_router_forms_keep_the_same_state(
+    portal_router_store: cortex.Store, portal: anyio.from_thread.BlockingPortal, history: list[Step]
+) -> None:
+    """The statements a Citus store sends (conftest.portal_router_store) maintain the same state."""
+    portal.call(replay, portal_router_store, history)
