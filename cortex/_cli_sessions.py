@@ -123,12 +123,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _describe(m: Message) -> str:
-    extra = ""
-    if m.requested_input is not None:
-        extra = f"  [asks {m.requested_input.interrupt_id}: {m.requested_input.message}]"
-    if m.function_response is not None:
-        answer = json.dumps(m.function_response.response, ensure_ascii=False)
-        extra = f"  [answers {m.function_response.id}: {answer}]"
+    extra = "".join(f"  [asks {q.interrupt_id}: {q.message}]" for q in m.requested_inputs)
+    for a in m.function_responses:
+        extra += f"  [answers {a.id}: {json.dumps(a.response, ensure_ascii=False)}]"
     return f"{m.content}{extra}"
 
 

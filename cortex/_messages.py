@@ -75,6 +75,8 @@ _MESSAGE_COLUMNS: Final = (
     messages.c.author,
     messages.c.requested_input,
     messages.c.function_response,
+    messages.c.more_requested_inputs,
+    messages.c.more_function_responses,
     METADATA_TEXT.label("metadata"),
     sa.cast(messages.c.payload_json, sa.Text()).label("payload"),
     messages.c.created_at,
@@ -88,6 +90,14 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
     another table's columns, as in :func:`select_session_with_messages`).
     """
     requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
+    questions = [] if requested is None else [RequestedInput.model_construct(**requested)]
+    answers = [] if response is None else [FunctionResponse.model_construct(**response)]
+    more = row[prefix + "more_requested_inputs"]
+    if more is not None:
+        questions += [RequestedInput.model_construct(**q) for q in more]
+    more = row[prefix + "more_function_responses"]
+    if more is not None:
+        answers += [FunctionResponse.model_construct(**a) for a in more]
     payload = row[prefix + "payload"]
     return from_database(
         Message,
@@ -98,12 +108,10 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
             "role": row[prefix + "role"],
             "content": row[prefix + "content"],
             "author": row[prefix + "author"],
-            "requested_input": (
-                None if requested is None else RequestedInput.model_construct(**requested)
-            ),
-            "function_response": (
-                None if response is None else FunctionResponse.model_construct(**response)
-            ),
+            "requested_input": questions[0] if questions else None,
+            "function_response": answers[0] if answers else None,
+            "requested_inputs": questions,
+            "function_responses": answers,
             "metadata": decode_json(row[prefix + "metadata"]),
             "payload": None if payload is None else decode_json(payload),
             "created_at": row[prefix + "created_at"],
@@ -121,6 +129,9 @@ class EncodedBatch:
     keyed: list[bool]
     requested: list[str | None]
     responses: list[str | None]
+    # The questions and answers after each message's first, as JSON arrays (or None).
+    more_requested: list[str | None]
+    more_responses: list[str | None]
     metadata: list[str]
     payloads: list[str | None]
     size: int
@@ -130,6 +141,13 @@ def _model_json(value: RequestedInput | FunctionResponse | None) -> str | None:
     if value is None:
         return None
     return encode_json(value.model_dump(mode="json"), MAX_APPEND_BYTES)
+
+
+def _more_json(values: list[RequestedInput] | list[FunctionResponse]) -> str | None:
+    """The questions (or answers) after the first, as one JSON array; None if there are none."""
+    if len(values) < 2:
+        return None
+    return encode_json([v.model_dump(mode="json") for v in values[1:]], MAX_APPEND_BYTES)
 
 
 def _size(text: str | None) -> int:
@@ -146,6 +164,8 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     """
     requested = [_model_json(m.requested_input) for m in batch]
     responses = [_model_json(m.function_response) for m in batch]
+    more_requested = [_more_json(m.requested_inputs) for m in batch]
+    more_responses = [_more_json(m.function_responses) for m in batch]
     metadata = [encode_json(m.metadata, MAX_JSON_BYTES) for m in batch]
     payloads = [
         None if m.payload is None else encode_json(m.payload, MAX_PAYLOAD_BYTES) for m in batch
@@ -153,7 +173,7 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     size = sum(
         _size(m.content) + _size(m.author) + _size(q) + _size(r) + _size(meta) + _size(p)
         for m, q, r, meta, p in zip(batch, requested, responses, metadata, payloads, strict=True)
-    )
+    ) + sum(_size(more) for more in (*more_requested, *more_responses))
     if size > MAX_APPEND_BYTES:
         raise InvalidInput(
             f"messages: at most {MAX_APPEND_BYTES} bytes in one append (content, author,"
@@ -168,6 +188,8 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
         keyed=[m.id is not None for m in batch],
         requested=requested,
         responses=responses,
+        more_requested=more_requested,
+        more_responses=more_responses,
         metadata=metadata,
         payloads=payloads,
         size=size,
@@ -466,6 +488,8 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
             _array("k_authors", sa.Text()),
             _array("k_requested", sa.Text()),
             _array("k_responses", sa.Text()),
+            _array("k_more_requested", sa.Text()),
+            _array("k_more_responses", sa.Text()),
             _array("k_metadata_hashes", BYTEA()),
             _array("k_payload_hashes", BYTEA()),
         )
@@ -476,6 +500,8 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
             sa.column("author", sa.Text()),
             sa.column("requested", sa.Text()),
             sa.column("response", sa.Text()),
+            sa.column("more_requested", sa.Text()),
+            sa.column("more_responses", sa.Text()),
             sa.column("meta_hash", BYTEA()),
             sa.column("payload_hash", BYTEA()),
             name="keyed",
@@ -489,6 +515,12 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
         _sha256(messages.c.content) == keys.c.content_hash,
         messages.c.requested_input.is_not_distinct_from(sa.cast(keys.c.requested, JSONB())),
         messages.c.function_response.is_not_distinct_from(sa.cast(keys.c.response, JSONB())),
+        messages.c.more_requested_inputs.is_not_distinct_from(
+            sa.cast(keys.c.more_requested, JSONB())
+        ),
+        messages.c.more_function_responses.is_not_distinct_from(
+            sa.cast(keys.c.more_responses, JSONB())
+        ),
         _sha256(METADATA_TEXT) == keys.c.meta_hash,
         _sha256(sa.cast(messages.c.payload_json, sa.Text())).is_not_distinct_from(
             keys.c.payload_hash
@@ -524,10 +556,52 @@ async def _stored_rows(
         "k_authors": [batch.messages[i].author for i in picked],
         "k_requested": [batch.requested[i] for i in picked],
         "k_responses": [batch.responses[i] for i in picked],
+        "k_more_requested": [batch.more_requested[i] for i in picked],
+        "k_more_responses": [batch.more_responses[i] for i in picked],
         "k_metadata_hashes": [_digest(batch.metadata[i]) for i in picked],
         "k_payload_hashes": [_digest(batch.payloads[i]) for i in picked],
     }
     return (await conn.execute(_stored_statement(), params)).all()
+
+
+@cache
+def _more_statement() -> sa.Update:
+    """Store one message's questions and answers after the first (a router UPDATE on Citus)."""
+    return (
+        sa.update(messages)
+        .where(
+            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+            messages.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
+            messages.c.id == sa.bindparam("message_id", type_=UUID(as_uuid=True)),
+        )
+        .values(
+            more_requested_inputs=sa.cast(sa.bindparam("more_requested", type_=sa.Text()), JSONB()),
+            more_function_responses=sa.cast(
+                sa.bindparam("more_responses", type_=sa.Text()), JSONB()
+            ),
+        )
+    )
+
+
+async def _write_more(conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> None:
+    """The further questions and answers of the batch's messages that have them, in the append's transaction.
+
+    Rare (a turn asking or answering several at once), so the hot append
+    statements keep their shape: one UPDATE per such message.
+    """
+    for i, (more_q, more_r) in enumerate(
+        zip(batch.more_requested, batch.more_responses, strict=True)
+    ):
+        if more_q is None and more_r is None:
+            continue
+        params = {
+            "scope_tenant": scope.tenant,
+            "target_id": session_id,
+            "message_id": batch.ids[i],
+            "more_requested": more_q,
+            "more_responses": more_r,
+        }
+        await conn.execute(_more_statement(), params)
 
 
 def _messages_of(
@@ -550,6 +624,8 @@ def _messages_of(
                     "author": m.author,
                     "requested_input": m.requested_input,
                     "function_response": m.function_response,
+                    "requested_inputs": m.requested_inputs,
+                    "function_responses": m.function_responses,
                     "metadata": m.metadata,
                     "payload": m.payload,
                     "created_at": created_at,
@@ -640,6 +716,7 @@ async def append_messages(
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
     if scope_deltas:
         await merge_scope_data(conn, scope, session_id, scope_deltas)
+    await _write_more(conn, scope, session_id, batch)
     appended = _messages_of(
         session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in rows}
     )

@@ -261,14 +261,12 @@ async def record_inputs(
     questions and answers in order. ``distributed`` (Citus): as router
     statements (:func:`_record_routed`).
     """
-    answers = [(m.seq, m.function_response.id) for m in stored if m.function_response]
+    answers = [(m.seq, answer.id) for m in stored for answer in m.function_responses]
     questions = [
-        (m.seq, m.requested_input, m.author)
+        (m.seq, asked, m.author)
         for m in stored
-        if m.requested_input is not None
-        and not any(
-            a_id == m.requested_input.interrupt_id and a_seq > m.seq for a_seq, a_id in answers
-        )
+        for asked in m.requested_inputs
+        if not any(a_id == asked.interrupt_id and a_seq > m.seq for a_seq, a_id in answers)
     ]
     if not questions and not answers:
         return
@@ -303,7 +301,7 @@ def _pending_statement() -> sa.Select[*tuple[Any, ...]]:
     return (
         sa.select(pending_inputs)
         .where(_same_session(pending_inputs))
-        .order_by(pending_inputs.c.raised_seq)
+        .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
     )
 
 
@@ -520,7 +518,7 @@ def _pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
         .where(
             _same_session(pending_inputs), pending_inputs.c.interrupt_id == _text("interrupt_id")
         )
-        .order_by(pending_inputs.c.raised_seq)
+        .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
     )
 
 

@@ -608,7 +608,8 @@ async def _filter_params(
     """The listing's bind values; on Citus, a tenant-wide search's candidates first (one statement)."""
     params = filter_params(scope, flt)
     if shape.distributed and searches_tenant(shape):
-        found = (await conn.execute(tenant_search_statement(), params)).scalar_one()
+        search = {k: params[k] for k in ("scope_tenant", "search_pattern")}
+        found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
         del params["search_pattern"]  # the listing binds the ids instead
         params["search_ids"] = found
     return params

@@ -229,6 +229,11 @@ messages = sa.Table(
     sa.Column("requested_input", JSONB(), nullable=True),
     # host-owned: a FunctionResponse as JSON, or NULL.
     sa.Column("function_response", JSONB(), nullable=True),
+    # host-owned: the requested inputs after the first, a JSON array (revision
+    # 20261201000013); NULL when the message asks one or none.
+    sa.Column("more_requested_inputs", JSONB(), nullable=True),
+    # host-owned: the function responses after the first, likewise.
+    sa.Column("more_function_responses", JSONB(), nullable=True),
     # host-owned, legacy: metadata of rows written before revision
     # 20261201000009, as jsonb normalised it; '{}' on rows written since.
     sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
@@ -289,7 +294,8 @@ pending_inputs = sa.Table(
     sa.Column("raised_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("response_schema", JSONB(), nullable=True),
     sa.Column("payload", JSONB(), nullable=True),
-    sa.PrimaryKeyConstraint("tenant_id", "session_id", "raised_seq"),
+    # One row per question: a message may ask several (revision 20261201000013).
+    sa.PrimaryKeyConstraint("tenant_id", "session_id", "raised_seq", "interrupt_id"),
     sa.ForeignKeyConstraint(
         ["tenant_id", "session_id"],
         ["sessions.tenant_id", "sessions.id"],

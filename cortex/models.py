@@ -22,6 +22,7 @@ from pydantic import (
     Strict,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from cortex._schemas import check_response_schema
@@ -90,6 +91,8 @@ MAX_APPEND_BATCH: Final = 1_000
 """Messages in one append_messages call."""
 MAX_AUTHOR_LENGTH: Final = 128
 """Characters in a message author."""
+MAX_INPUTS_PER_MESSAGE: Final = 100
+"""Requested inputs one message asks, and function responses one message gives."""
 PREVIEW_LENGTH: Final = 256
 """Characters of the last message kept in Session.last_message."""
 
@@ -487,7 +490,59 @@ class FunctionResponse(_Model):
     response: JsonValue = Field(default_factory=dict)
 
 
-class NewMessage(_Model):
+def _pair_with_list(data: dict[str, Any], one: str, many: str) -> None:
+    """Keep ``one`` (the first) and ``many`` (all) of a message's inputs or answers in step."""
+    first, every = data.get(one), data.get(many)
+    if every:
+        if not isinstance(every, list | tuple):
+            return  # pydantic refuses it, naming the field
+        if first is None:
+            data[one] = every[0]
+        elif first != every[0]:
+            raise ValueError(f"give {one} or {many} (the first of which {one} is), not both")
+    elif first is not None:
+        data[many] = [first]
+
+
+def _distinct(ids: list[str], what: str) -> None:
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{what}: one message names an id twice")
+
+
+class _Inputs(_Model):
+    """What a message asks and answers: every one in the lists, the first also alone.
+
+    ``requested_inputs``: every question the message asks (an agent
+    framework's turn may ask several at once: an ADK event with parallel
+    long-running calls); each is pending until answered. ``requested_input``
+    is the first of them (None if none): give either field. The same holds
+    for ``function_responses`` and ``function_response``, the answers. The
+    fields are declared by the subclasses, in their order.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _in_step(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            _pair_with_list(data, "requested_input", "requested_inputs")
+            _pair_with_list(data, "function_response", "function_responses")
+        return data
+
+    @field_validator("requested_inputs", check_fields=False)
+    @classmethod
+    def _distinct_questions(cls, value: list[RequestedInput]) -> list[RequestedInput]:
+        _distinct([q.interrupt_id for q in value], "requested_inputs")
+        return value
+
+    @field_validator("function_responses", check_fields=False)
+    @classmethod
+    def _distinct_answers(cls, value: list[FunctionResponse]) -> list[FunctionResponse]:
+        _distinct([a.id for a in value], "function_responses")
+        return value
+
+
+class NewMessage(_Inputs):
     """A message to append; cortex assigns its seq and created_at (and its id, unless given).
 
     ``id``: a caller-chosen ``msg_…`` id, the append's idempotency key. A
@@ -501,6 +556,12 @@ class NewMessage(_Model):
     author: Author = ""
     requested_input: RequestedInput | None = None
     function_response: FunctionResponse | None = None
+    requested_inputs: Annotated[list[RequestedInput], Field(max_length=MAX_INPUTS_PER_MESSAGE)] = (
+        Field(default_factory=list)
+    )
+    function_responses: Annotated[
+        list[FunctionResponse], Field(max_length=MAX_INPUTS_PER_MESSAGE)
+    ] = Field(default_factory=list)
     metadata: Metadata = Field(default_factory=dict)
     id: MessageId | None = None
     # A structured payload (an agent framework's event or item), stored and
@@ -530,7 +591,7 @@ class NewMessage(_Model):
         return self.content[:PREVIEW_LENGTH]
 
 
-class Message(_Model):
+class Message(_Inputs):
     """A stored message. ``seq`` is its 1-based, gap-free position in the session."""
 
     id: str
@@ -542,6 +603,9 @@ class Message(_Model):
     author: str = ""
     requested_input: RequestedInput | None = None
     function_response: FunctionResponse | None = None
+    # Every question and answer of the message; the fields above hold the first.
+    requested_inputs: list[RequestedInput] = Field(default_factory=list)
+    function_responses: list[FunctionResponse] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     # host-owned: the structured payload as appended (None if there was none).
     payload: Any = None
@@ -566,7 +630,8 @@ class SessionDetail(_Model):
 
     session: Session
     state: SessionState
-    # Every pending input, oldest first; empty when the session is aborted.
+    # Every pending input, oldest first (the questions of one message by interrupt_id);
+    # empty when the session is aborted.
     pending: list[PendingInput] = Field(default_factory=list)
     abort_reason: str | None = None
     interrupt_reason: str | None = None

@@ -53,6 +53,7 @@ from cortex.integrations._backing import Backing, segment
 from cortex.models import (
     MAX_AGENT_ID_LENGTH,
     MAX_AUTHOR_LENGTH,
+    MAX_INPUTS_PER_MESSAGE,
     MAX_MESSAGE_LIMIT,
     FunctionResponse,
     ListFilter,
@@ -148,26 +149,27 @@ def _message_of(event: Event) -> NewMessage:
     text = "".join(p.text for p in parts if p.text and not p.thought)[:_CONTENT_CHARS]
     responses = event.get_function_responses()
     role: Role = "user" if event.author == "user" else "tool" if responses else "assistant"
-    asked = None
+    # Every long-running call is a question pending until a later event
+    # answers its id; every function response answers one (ids once each).
+    long_running = event.long_running_tool_ids or set()
+    asked: dict[str, RequestedInput] = {}
     for call in event.get_function_calls():
         call_id = _usable_id(call.id)
-        if call_id and call_id in (event.long_running_tool_ids or set()):
-            asked = RequestedInput(interrupt_id=call_id, message=(call.name or "")[:1000])
-            break
-    answer = None
+        if call_id and call_id in long_running and call_id not in asked:
+            asked[call_id] = RequestedInput(interrupt_id=call_id, message=(call.name or "")[:1000])
+    answers: dict[str, FunctionResponse] = {}
     for response in responses:
         response_id = _usable_id(response.id)
-        if response_id:
+        if response_id and response_id not in answers:
             name = (response.name or "")[:MAX_AGENT_ID_LENGTH]
-            answer = FunctionResponse(id=response_id, name=name)
-            break
+            answers[response_id] = FunctionResponse(id=response_id, name=name)
     return NewMessage(
         role,
         text.replace("\x00", ""),
         author=(event.author or "")[:MAX_AUTHOR_LENGTH].replace("\x00", ""),
         payload=payload,
-        requested_input=asked,
-        function_response=answer,
+        requested_inputs=list(asked.values())[:MAX_INPUTS_PER_MESSAGE],
+        function_responses=list(answers.values())[:MAX_INPUTS_PER_MESSAGE],
     )
 
 

@@ -648,6 +648,67 @@ async def test_long_running_call_is_a_pending_input(
         assert await service.store.list_sessions(ListFilter(state=SessionState.PAUSED)) == []
 
 
+async def test_parallel_long_running_calls_are_each_pending(
+    service: CortexSessionService, tenant: str
+) -> None:
+    """One event with two long-running calls (and a plain one) waits for two answers."""
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    calls = [
+        types.FunctionCall(id="call-b", name="approve_refund"),
+        types.FunctionCall(id="call-a", name="ask_manager"),
+        types.FunctionCall(id="call-c", name="lookup"),  # not long-running: no question
+    ]
+    await service.append_event(
+        session,
+        Event(
+            author="agent",
+            content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]),
+            long_running_tool_ids={"call-a", "call-b"},
+        ),
+    )
+
+    async def pending() -> list[tuple[str, str]]:
+        with use_scope(tenant):
+            (found,) = await service.store.list_sessions(ListFilter(agent_id="adk"))
+            detail = await service.store.inspect_session(found.id)
+            assert detail.session.pending_count == len(detail.pending)
+            return [(p.interrupt_id, p.message) for p in detail.pending]
+
+    assert await pending() == [("call-a", "ask_manager"), ("call-b", "approve_refund")]
+    # The first answer leaves the session paused on the other call.
+    one = types.FunctionResponse(id="call-b", name="approve_refund", response={"ok": True})
+    await service.append_event(
+        session,
+        Event(
+            author="user",
+            content=types.Content(role="user", parts=[types.Part(function_response=one)]),
+        ),
+    )
+    assert await pending() == [("call-a", "ask_manager")]
+    with use_scope(tenant):
+        paused = await service.store.list_sessions(ListFilter(state=SessionState.PAUSED))
+        assert [s.key for s in paused] == ["s"]
+    # Both answered in one event (and an answer to the plain call).
+    answers = [
+        types.FunctionResponse(id="call-a", name="ask_manager", response={"ok": 1}),
+        types.FunctionResponse(id="call-c", name="lookup", response={"found": 2}),
+    ]
+    await service.append_event(
+        session,
+        Event(
+            author="user",
+            content=types.Content(
+                role="user", parts=[types.Part(function_response=a) for a in answers]
+            ),
+        ),
+    )
+    assert await pending() == []
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert [len(e.get_function_calls()) for e in got.events] == [3, 0, 0]
+    assert [len(e.get_function_responses()) for e in got.events] == [0, 1, 2]
+
+
 async def test_an_operator_answer_reaches_the_agent(
     service: CortexSessionService, tenant: str
 ) -> None:

@@ -268,6 +268,10 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
             ),
         )
         await store.pop_message(made.id)
+        both = [asked.model_copy(update={"interrupt_id": i}) for i in ("q3", "q4")]
+        await store.append_message(made.id, NewMessage("assistant", requested_inputs=both))
+        answers = [cortex.FunctionResponse(id=i) for i in ("q3", "q4")]
+        await store.append_message(made.id, NewMessage("user", function_responses=answers))
         await store.list_messages(made.id, after_seq=3, limit=10)
         since = (await store.list_messages(made.id, limit=1))[0].created_at
         await store.list_messages(made.id, since=since)
@@ -285,6 +289,7 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
                 ListFilter(agent_id=bot, exact=True),
                 ListFilter(default_only=True),
                 ListFilter(search="needle"),
+                ListFilter(agent_id=bot, search="needle", default_only=True),
                 ListFilter(state=cortex.SessionState.PAUSED),
                 ListFilter(limit=1, offset=1),
             ):

@@ -234,3 +234,112 @@ async def test_state_filter_lists_and_counts(store: cortex.Store, tenant: str) -
             assert await store.count_sessions(ListFilter(state=state)) == len(ids)
     with use_scope(tenant):
         assert await store.count_sessions(ListFilter(state=SessionState.PAUSED)) == 2
+
+
+# --- several questions (and answers) in one message ------------------------------------
+
+
+def _question(interrupt_id: str) -> RequestedInput:
+    return RequestedInput(interrupt_id=interrupt_id, message=f"Approve {interrupt_id}?")
+
+
+async def _pending(store: cortex.Store, sid: str) -> list[str]:
+    detail = await store.inspect_session(sid)
+    assert detail.session.pending_count == len(detail.pending)
+    return [p.interrupt_id for p in detail.pending]
+
+
+async def test_one_message_asks_several_questions(store: cortex.Store, tenant: str) -> None:
+    """Each question of a message is pending until its own answer; the message reads back whole."""
+    with use_scope(tenant):
+        sid = (await store.create_session("bot")).id
+        asked = await store.append_message(
+            sid,
+            NewMessage(
+                "assistant",
+                "two calls wait",
+                requested_inputs=[_question("b-call"), _question("a-call"), _question("c-call")],
+            ),
+        )
+        assert asked.requested_input is not None
+        assert asked.requested_input.interrupt_id == "b-call"
+        assert [q.interrupt_id for q in asked.requested_inputs] == ["b-call", "a-call", "c-call"]
+        (stored,) = await store.list_messages(sid)
+        assert stored.requested_inputs == asked.requested_inputs
+        assert stored.requested_input == asked.requested_input
+        assert await _pending(store, sid) == ["a-call", "b-call", "c-call"]
+        assert (await store.get_session(sid)).state is SessionState.PAUSED
+
+        await store.resume(sid, "a-call", {"approved": True})
+        assert await _pending(store, sid) == ["b-call", "c-call"]
+        # One message answering the other two.
+        answer = await store.append_message(
+            sid,
+            NewMessage(
+                "user",
+                function_responses=[
+                    FunctionResponse(id="c-call", response={"ok": 1}),
+                    FunctionResponse(id="b-call", response={"ok": 2}),
+                ],
+            ),
+        )
+        assert [a.id for a in answer.function_responses] == ["c-call", "b-call"]
+        assert await _pending(store, sid) == []
+        assert (await store.get_session(sid)).state is SessionState.IDLE
+        listed = await store.list_sessions(ListFilter(state=SessionState.PAUSED, limit=1000))
+        assert sid not in {s.id for s in listed}
+
+        # Popping the double answer re-opens both of its questions.
+        popped = await store.pop_message(sid)
+        assert popped is not None
+        assert [a.id for a in popped.function_responses] == ["c-call", "b-call"]
+        assert await _pending(store, sid) == ["b-call", "c-call"]
+
+
+async def test_questions_answered_in_the_same_append(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        sid = (await store.create_session("bot")).id
+        await store.append_messages(
+            sid,
+            [
+                NewMessage("assistant", requested_inputs=[_question("x"), _question("y")]),
+                NewMessage("user", function_response=FunctionResponse(id="y")),
+            ],
+        )
+        assert await _pending(store, sid) == ["x"]
+
+
+async def test_several_inputs_refused_when_malformed(store: cortex.Store, tenant: str) -> None:
+    with use_scope(tenant):
+        sid = (await store.create_session("bot")).id
+        with pytest.raises(InvalidInput, match="twice"):
+            NewMessage("assistant", requested_inputs=[_question("x"), _question("x")])
+        with pytest.raises(InvalidInput, match="twice"):
+            NewMessage("user", function_responses=[FunctionResponse(id="x")] * 2)
+        with pytest.raises(InvalidInput, match="not both"):
+            NewMessage(
+                "assistant", requested_input=_question("a"), requested_inputs=[_question("b")]
+            )
+        with pytest.raises(InvalidInput):
+            NewMessage("assistant", requested_inputs=[_question(f"q{i}") for i in range(101)])
+        with pytest.raises(InvalidInput):
+            await store.append_messages(
+                sid,
+                [{"role": "user", "requested_inputs": [{"interrupt_id": 5}]}],  # type: ignore[list-item]
+            )
+        assert (await store.get_session(sid)).message_count == 0
+
+
+async def test_a_keyed_retry_with_other_questions_is_a_conflict(
+    store: cortex.Store, tenant: str
+) -> None:
+    mid = format_id("msg", new_uuid())
+    with use_scope(tenant):
+        sid = (await store.create_session("bot")).id
+        first = NewMessage("assistant", id=mid, requested_inputs=[_question("a"), _question("b")])
+        await store.append_message(sid, first)
+        assert (await store.append_message(sid, first)).seq == 1  # the same: a replay
+        other = NewMessage("assistant", id=mid, requested_inputs=[_question("a"), _question("c")])
+        with pytest.raises(Conflict):
+            await store.append_message(sid, other)
+        assert await _pending(store, sid) == ["a", "b"]
