@@ -133,8 +133,22 @@ def encode_json(value: Any, max_bytes: int) -> str:
     size = len(text) if text.isascii() else len(_utf8(text))
     if size > max_bytes:
         raise ValueError(f"at most {max_bytes} bytes of JSON, got {size}")
-    _check_keys_and_strings(value)
+    # The walk below decides exactly; this skips it where its answer is known.
+    # json.dumps escapes every NUL as \u0000 (so its absence from the text
+    # means none in any key or string), and orjson refuses any non-string
+    # key (and a few things json.dumps accepts: those take the walk too).
+    if "\\u0000" in text or not _string_keys(value):
+        _check_keys_and_strings(value)
     return text
+
+
+def _string_keys(value: Any) -> bool:
+    """Whether orjson serialises ``value``, which it does only if every object key is a string."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def _utf8(text: str) -> bytes:

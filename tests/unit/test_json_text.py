@@ -106,3 +106,51 @@ def test_decodes_as_json_loads(value: Any) -> None:
 )
 def test_edge_texts(text: str) -> None:
     assert _same(decode_json(text), json.loads(text))
+
+
+def _reference_encode(value: Any, max_bytes: int) -> str:
+    """encode_json as it was before its fast path: json.dumps, then the walk every time."""
+    from cortex._validate import _check_keys_and_strings
+
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if len(text.encode()) > max_bytes:
+        raise ValueError("too large")
+    _check_keys_and_strings(value)
+    return text
+
+
+_KEYS = (
+    st.text(alphabet=st.sampled_from("ab\\u0\x00é"), max_size=4)
+    | st.integers(-3, 3)
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+_HOSTILE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(alphabet=st.sampled_from("ab\\u0\x00é\ud800"), max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_KEYS, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=800)
+@given(_HOSTILE)
+def test_encode_refuses_exactly_what_the_walk_refuses(value: Any) -> None:
+    """The fast path (no NUL escape in the text, orjson accepts the keys) changes no answer."""
+    try:
+        expected: str | None = _reference_encode(value, 1 << 20)
+    except (TypeError, ValueError, RecursionError):
+        expected = None
+    try:
+        got: str | None = encode_json(value, 1 << 20)
+    except ValueError:
+        got = None
+    assert got == expected
