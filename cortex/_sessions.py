@@ -610,7 +610,6 @@ async def _filter_params(
     if shape.distributed and searches_tenant(shape):
         search = {k: params[k] for k in ("scope_tenant", "search_pattern")}
         found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
-        del params["search_pattern"]  # the listing binds the ids instead
         params["search_ids"] = found
     return params
 

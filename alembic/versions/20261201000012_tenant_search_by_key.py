@@ -19,8 +19,12 @@ match (issue #10).
 array, for its own statement. Its query filters ``tenant_id`` by the
 argument, so on Citus it is a router query to the tenant's shard, where the
 trigram indexes serve it; it returns nothing unless ``tenant`` is the tenant
-bound to the transaction (``cortex.tenant``), so it shows nothing the policy
-would not. Like ``cortex_search_ids`` it uses the indexes when its owner is
+bound to the transaction (``cortex.tenant`` on the node that runs it): the
+ids of the tenant the caller is bound to, which the policy shows it. (On
+Citus a binding made with ``set_config()`` rather than ``SET LOCAL`` is not
+replayed on the workers, so the policy there shows nothing while this
+function still answers for the bound tenant: no more than the caller could
+read by binding the same tenant with ``SET LOCAL``.) Like ``cortex_search_ids`` it uses the indexes when its owner is
 a superuser or has BYPASSRLS, and is otherwise as correct, and as slow, as
 the policy makes it. EXECUTE is granted only by ``cortex db grant``.
 
