@@ -506,7 +506,15 @@ def _asked_before_statement() -> sa.Select[tuple[bool]]:
         sa.exists().where(
             messages.c.tenant_id == _text("scope_tenant"),
             messages.c.session_id == _sid(),
-            messages.c.requested_input["interrupt_id"].astext == _text("interrupt_id"),
+            sa.or_(
+                messages.c.requested_input["interrupt_id"].astext == _text("interrupt_id"),
+                # A message's further questions (revision 20261201000013).
+                messages.c.more_requested_inputs.contains(
+                    sa.func.jsonb_build_array(
+                        sa.func.jsonb_build_object("interrupt_id", _text("interrupt_id"))
+                    )
+                ),
+            ),
         )
     )
 

@@ -7,6 +7,7 @@ written. This module must not import the database layer.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -21,6 +22,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationError,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -91,7 +93,7 @@ MAX_APPEND_BATCH: Final = 1_000
 """Messages in one append_messages call."""
 MAX_AUTHOR_LENGTH: Final = 128
 """Characters in a message author."""
-MAX_INPUTS_PER_MESSAGE: Final = 100
+MAX_INPUTS_PER_MESSAGE: Final = 1_000
 """Requested inputs one message asks, and function responses one message gives."""
 PREVIEW_LENGTH: Final = 256
 """Characters of the last message kept in Session.last_message."""
@@ -490,18 +492,35 @@ class FunctionResponse(_Model):
     response: JsonValue = Field(default_factory=dict)
 
 
-def _pair_with_list(data: dict[str, Any], one: str, many: str) -> None:
-    """Keep ``one`` (the first) and ``many`` (all) of a message's inputs or answers in step."""
-    first, every = data.get(one), data.get(many)
-    if every:
-        if not isinstance(every, list | tuple):
-            return  # pydantic refuses it, naming the field
-        if first is None:
-            data[one] = every[0]
-        elif first != every[0]:
-            raise ValueError(f"give {one} or {many} (the first of which {one} is), not both")
-    elif first is not None:
+def _same(model: type[BaseModel], one: Any, other: Any) -> bool:
+    """Whether two inputs (models or dicts) validate to the same model; False if either does not."""
+    try:
+        return model.model_validate(one) == model.model_validate(other)
+    except (InvalidInput, ValidationError, TypeError, ValueError):
+        return False  # pydantic reports the bad one, naming its field
+
+
+def _fold(data: dict[str, Any], one: str, many: str, model: type[BaseModel]) -> None:
+    """Fold the single field ``one`` into the list ``many``, the one place the values live.
+
+    ``one`` alone is a list of one. Given beside the list (as a dump of a
+    message carries it) it must be the list's first; None says nothing.
+    """
+    every = data.get(many)
+    if every is not None and not isinstance(every, list | tuple | str | bytes | dict):
+        # Any other iterable, as pydantic would take it; if not iterable,
+        # pydantic refuses it, naming the field.
+        with contextlib.suppress(TypeError):
+            every = data[many] = list(every)
+    if one not in data:
+        return
+    first = data.pop(one)
+    if first is None:
+        return
+    if not every:
         data[many] = [first]
+    elif not isinstance(every, list | tuple) or not _same(model, first, every[0]):
+        raise ValueError(f"give {one} or {many} (the first of which {one} is), not both")
 
 
 def _distinct(ids: list[str], what: str) -> None:
@@ -515,19 +534,44 @@ class _Inputs(_Model):
     ``requested_inputs``: every question the message asks (an agent
     framework's turn may ask several at once: an ADK event with parallel
     long-running calls); each is pending until answered. ``requested_input``
-    is the first of them (None if none): give either field. The same holds
-    for ``function_responses`` and ``function_response``, the answers. The
-    fields are declared by the subclasses, in their order.
+    is the first of them (None if none), read from the list; giving it (or
+    assigning it) makes the list that one question. The same holds for
+    ``function_responses`` and ``function_response``, the answers. The lists
+    are declared by the subclasses, in their field order.
     """
+
+    if TYPE_CHECKING:
+        requested_inputs: list[RequestedInput]
+        function_responses: list[FunctionResponse]
 
     @model_validator(mode="before")
     @classmethod
-    def _in_step(cls, data: Any) -> Any:
+    def _one_list(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
-            _pair_with_list(data, "requested_input", "requested_inputs")
-            _pair_with_list(data, "function_response", "function_responses")
+            _fold(data, "requested_input", "requested_inputs", RequestedInput)
+            _fold(data, "function_response", "function_responses", FunctionResponse)
         return data
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
+    @property
+    def requested_input(self) -> RequestedInput | None:
+        """The first question the message asks (None if it asks none)."""
+        return self.requested_inputs[0] if self.requested_inputs else None
+
+    @requested_input.setter
+    def requested_input(self, value: RequestedInput | None) -> None:
+        self.requested_inputs = [] if value is None else [value]
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
+    @property
+    def function_response(self) -> FunctionResponse | None:
+        """The first answer the message gives (None if it gives none)."""
+        return self.function_responses[0] if self.function_responses else None
+
+    @function_response.setter
+    def function_response(self, value: FunctionResponse | None) -> None:
+        self.function_responses = [] if value is None else [value]
 
     @field_validator("requested_inputs", check_fields=False)
     @classmethod
@@ -554,8 +598,6 @@ class NewMessage(_Inputs):
     role: Role
     content: Content = ""
     author: Author = ""
-    requested_input: RequestedInput | None = None
-    function_response: FunctionResponse | None = None
     requested_inputs: Annotated[list[RequestedInput], Field(max_length=MAX_INPUTS_PER_MESSAGE)] = (
         Field(default_factory=list)
     )
@@ -601,9 +643,8 @@ class Message(_Inputs):
     role: str
     content: str = ""
     author: str = ""
-    requested_input: RequestedInput | None = None
-    function_response: FunctionResponse | None = None
-    # Every question and answer of the message; the fields above hold the first.
+    # Every question and answer of the message (requested_input and
+    # function_response read the first of each).
     requested_inputs: list[RequestedInput] = Field(default_factory=list)
     function_responses: list[FunctionResponse] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -53,7 +53,6 @@ from cortex.integrations._backing import Backing, segment
 from cortex.models import (
     MAX_AGENT_ID_LENGTH,
     MAX_AUTHOR_LENGTH,
-    MAX_INPUTS_PER_MESSAGE,
     MAX_MESSAGE_LIMIT,
     FunctionResponse,
     ListFilter,
@@ -163,19 +162,17 @@ def _message_of(event: Event) -> NewMessage:
         if response_id and response_id not in answers:
             name = (response.name or "")[:MAX_AGENT_ID_LENGTH]
             answers[response_id] = FunctionResponse(id=response_id, name=name)
-    questions = list(asked.values())[:MAX_INPUTS_PER_MESSAGE]
-    replies = list(answers.values())[:MAX_INPUTS_PER_MESSAGE]
     # Not validated here: the store validates every message it is given
     # (revalidate_instances), and validating twice cost a fifth of an append.
+    # Past MAX_INPUTS_PER_MESSAGE calls (or answers) in one event the store
+    # refuses the event (InvalidInput) rather than leave a call unrecorded.
     return NewMessage.model_construct(
         role=role,
         content=text.replace("\x00", ""),
         author=(event.author or "")[:MAX_AUTHOR_LENGTH].replace("\x00", ""),
         payload=payload,
-        requested_input=questions[0] if questions else None,
-        requested_inputs=questions,
-        function_response=replies[0] if replies else None,
-        function_responses=replies,
+        requested_inputs=list(asked.values()),
+        function_responses=list(answers.values()),
     )
 
 

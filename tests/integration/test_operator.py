@@ -21,6 +21,7 @@ from cortex import (
     use_scope,
 )
 from cortex.ids import format_id, new_uuid
+from cortex.models import MAX_INPUTS_PER_MESSAGE
 
 SCHEMA: dict[str, object] = {
     "type": "object",
@@ -321,7 +322,10 @@ async def test_several_inputs_refused_when_malformed(store: cortex.Store, tenant
                 "assistant", requested_input=_question("a"), requested_inputs=[_question("b")]
             )
         with pytest.raises(InvalidInput):
-            NewMessage("assistant", requested_inputs=[_question(f"q{i}") for i in range(101)])
+            NewMessage(
+                "assistant",
+                requested_inputs=[_question(f"q{i}") for i in range(MAX_INPUTS_PER_MESSAGE + 1)],
+            )
         with pytest.raises(InvalidInput):
             await store.append_messages(
                 sid,
