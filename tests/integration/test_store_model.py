@@ -434,39 +434,34 @@ class StoreModel(RuleBasedStateMachine):
         assert len(pairs) == len(set(pairs))
 
 
-def test_store_matches_the_model(
-    portal_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
+def _check_against_the_model(
+    store: cortex.Store, portal: anyio.from_thread.BlockingPortal, examples: int
 ) -> None:
-    StoreModel.store = portal_store
+    StoreModel.store = store
     StoreModel.portal = portal
     StoreModel.steps = 0
     run_state_machine_as_test(
         StoreModel,
         settings=settings(
-            max_examples=EXAMPLES,
+            max_examples=examples,
             stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
-    record("model: store calls checked against the model", StoreModel.steps)
     # The budget really ran: hypothesis drove the store, not an empty loop.
-    assert StoreModel.steps >= EXAMPLES * 5
+    assert StoreModel.steps >= examples * 5
+
+
+def test_store_matches_the_model(
+    portal_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
+) -> None:
+    _check_against_the_model(portal_store, portal, EXAMPLES)
+    record("model: store calls checked against the model", StoreModel.steps)
 
 
 def test_router_forms_match_the_model(
     portal_router_store: cortex.Store, portal: anyio.from_thread.BlockingPortal
 ) -> None:
     """The statements a Citus store sends (conftest.portal_router_store) against the same model."""
-    StoreModel.store = portal_router_store
-    StoreModel.portal = portal
-    StoreModel.steps = 0
-    run_state_machine_as_test(
-        StoreModel,
-        settings=settings(
-            max_examples=max(1, EXAMPLES // 2),
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+    _check_against_the_model(portal_router_store, portal, max(1, EXAMPLES // 2))
