@@ -694,7 +694,7 @@ async def test_adk_event_past_the_bound_is_refused_whole(store: cortex.Store, te
             assert found.state is SessionState.IDLE
 
 
-# --- each store check on both forms ---------------------------------------------------
+# --- each store check on both forms (explicit: parametrizing these async tests fails here) ---
 
 
 async def test_resume_of_answered_second_question_is_conflict(
