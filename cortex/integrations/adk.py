@@ -166,13 +166,18 @@ def _message_of(event: Event) -> NewMessage:
     # (revalidate_instances), and validating twice cost a fifth of an append.
     # Past MAX_INPUTS_PER_MESSAGE calls (or answers) in one event the store
     # refuses the event (InvalidInput) rather than leave a call unrecorded.
-    return NewMessage.model_construct(
-        role=role,
-        content=text.replace("\x00", ""),
-        author=(event.author or "")[:MAX_AUTHOR_LENGTH].replace("\x00", ""),
-        payload=payload,
-        requested_inputs=list(asked.values()),
-        function_responses=list(answers.values()),
+    return from_database(
+        NewMessage,
+        {
+            "role": role,
+            "content": text.replace("\x00", ""),
+            "author": (event.author or "")[:MAX_AUTHOR_LENGTH].replace("\x00", ""),
+            "requested_inputs": list(asked.values()),
+            "function_responses": list(answers.values()),
+            "metadata": {},
+            "id": None,
+            "payload": payload,
+        },
     )
 
 
