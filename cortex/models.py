@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache, partial
+from json.encoder import encode_basestring as _json_string
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 from pydantic import (
@@ -176,6 +177,17 @@ def _session_key(value: str) -> str:
     return _limited_text(MAX_KEY_LENGTH)(key)
 
 
+class _EncodedData(dict[str, Any]):
+    """A validated state document or delta, with its stored form (``encode_data``) kept.
+
+    What the ``Data`` annotation hands the store, so the store does not
+    encode the document a second time (a copy made at validation: the
+    caller's dict may change afterwards, this one does not).
+    """
+
+    stored: dict[str, str]
+
+
 def encode_data(value: dict[str, Any]) -> dict[str, str]:
     """A state document or delta as stored: each key to the compact JSON text of its value.
 
@@ -183,6 +195,8 @@ def encode_data(value: dict[str, Any]) -> dict[str, str]:
         ValueError: a value is not JSON, a key is empty or holds NUL, or the
             document is more than MAX_DATA_BYTES as stored.
     """
+    if isinstance(value, _EncodedData):
+        return value.stored
     out: dict[str, str] = {}
     size = 2
     for key, item in value.items():
@@ -190,16 +204,18 @@ def encode_data(value: dict[str, Any]) -> dict[str, str]:
             raise ValueError("keys are non-empty strings without NUL characters")
         text = encode_json(item, MAX_DATA_BYTES)
         out[key] = text
-        # jsonb's text form: "key": "text", with the text's quotes escaped.
-        size += len(encode_json({key: text}, MAX_DATA_BYTES * 2).encode()) + 1
+        # jsonb's text form: "key": "text", with the text's quotes escaped;
+        # counted as the compact {"key":"text"} of both strings, plus one.
+        size += len(_json_string(key).encode()) + len(_json_string(text).encode()) + 4
     if size > MAX_DATA_BYTES:
         raise ValueError(f"at most {MAX_DATA_BYTES} bytes as stored, got {size}")
     return out
 
 
 def _data(value: dict[str, Any]) -> dict[str, Any]:
-    encode_data(value)
-    return value
+    checked = _EncodedData(value)
+    checked.stored = encode_data(value)
+    return checked
 
 
 def _scope_data(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

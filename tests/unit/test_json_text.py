@@ -154,3 +154,20 @@ def test_encode_refuses_exactly_what_the_walk_refuses(value: Any) -> None:
     except ValueError:
         got = None
     assert got == expected
+
+
+@settings(max_examples=300)
+@given(st.text().filter(lambda t: "\x00" not in t), _VALUES)
+def test_state_size_counts_the_stored_pair(key: str, value: Any) -> None:
+    """encode_data counts a key and its text (json.encoder.encode_basestring each) as their compact object."""
+    from json.encoder import encode_basestring as _json_string
+
+    if not key:
+        return
+    try:
+        text = encode_json(value, 1 << 20)
+        pair = encode_json({key: text}, 1 << 22)
+    except ValueError:
+        return  # not storable: encode_data refuses it before counting
+    counted = len(_json_string(key).encode()) + len(_json_string(text).encode()) + 3
+    assert counted == len(pair.encode())
