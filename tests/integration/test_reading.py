@@ -210,3 +210,70 @@ async def test_since_reads_the_tail_not_the_history(
     plan = json.loads(explained) if isinstance(explained, str) else explained
     # About log2(3,000) probes plus the page; a walk from the first message reads 2,510.
     assert _rows_read(plan, "messages") <= 40
+
+
+# --- a default-only page across a whole tenant ------------------------------------------
+
+
+def _scans(plan: object) -> list[dict[str, object]]:
+    """Every scan node of ``sessions`` (or a Citus shard of it) in a plan."""
+    found: list[dict[str, object]] = []
+    if isinstance(plan, dict):
+        name = str(plan.get("Relation Name", ""))
+        if name == "sessions" or name.removeprefix("sessions_").isdigit():
+            found.append(plan)
+        for value in plan.values():
+            found += _scans(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            found += _scans(item)
+    return found
+
+
+async def test_default_only_page_reads_only_defaults(
+    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+) -> None:
+    """is_default is tested on the listing index's entry (revision …14), not on each session's row.
+
+    4,000 sessions, one in 20 a default (each in a scope of its own): the
+    page reads defaults only, and filters nothing out of the heap (before
+    the revision, about 19 rows per default).
+    """
+    from cortex._filters import filter_params, filter_shape
+    from cortex._sessions import _page_statement
+    from cortex.scope import Scope
+
+    await owner_conn.execute(
+        """
+        INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,
+                              is_default, created_at, updated_at)
+        SELECT $1, gen_random_uuid(), 'bot', $1 || '/s' || g, 2, $1 || '/s' || g,
+               g % 20 = 0, now(), now() - g * interval '1 second'
+        FROM generate_series(1, 4000) AS g
+        """,
+        tenant,
+    )
+    await owner_conn.execute("ANALYZE sessions")
+    scope, flt = Scope.parse(tenant), cortex.ListFilter(default_only=True, limit=50)
+    compiled = compile_statement(
+        _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
+    )
+    params = {**filter_params(scope, flt), "limit": 50}
+    args = [params[name] if name in params else compiled.fixed[name] for name in compiled.order]
+    async with app_conn.transaction():
+        await app_conn.execute(
+            f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
+        )
+        rows = await app_conn.fetch(compiled.sql, *args)
+        explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
+    assert len(rows) == 50
+    assert all(row["is_default"] for row in rows)
+    plan = json.loads(explained) if isinstance(explained, str) else explained
+    # Whichever index the planner takes (the listing index, its flag in the
+    # entry; or, in a database crowded with other tenants, the defaults'
+    # unique index and a sort), no session row is read only to be dropped.
+    scans = _scans(plan)
+    assert scans
+    for scan in scans:
+        assert int(str(scan.get("Rows Removed by Filter", 0))) == 0, scan
+        assert int(str(scan.get("Rows Removed by Index Recheck", 0))) == 0, scan
