@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
 from cortex.cli import main
+from tests import plans
 from tests.conftest import (
     CITUS_URL,
     Database,
@@ -170,20 +171,6 @@ async def test_search_across_a_tenant_finds_its_own_matches_only(
         assert await store.count_sessions(ListFilter(search="needle")) == 1
 
 
-def _index_scans(plan: object) -> list[str]:
-    """The index names every scan node of a plan uses, remote (shard) plans included."""
-    found: list[str] = []
-    if isinstance(plan, dict):
-        if "Index Name" in plan:
-            found.append(str(plan["Index Name"]))
-        for value in plan.values():
-            found += _index_scans(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            found += _index_scans(item)
-    return found
-
-
 async def test_tenant_search_runs_on_the_shards_trigram_index(
     store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
 ) -> None:
@@ -217,9 +204,9 @@ async def test_tenant_search_runs_on_the_shards_trigram_index(
         explained = await owner_conn.fetchval(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + query, tenant, "%zanzibar%"
         )
-    plan = json.loads(explained) if isinstance(explained, str) else explained
+    plan = plans.parsed(explained)
     assert '"Task Count": 1' in json.dumps(plan)
-    indexes = _index_scans(plan)
+    indexes = [str(node["Index Name"]) for node in plans.nodes(plan) if "Index Name" in node]
     assert any(name.startswith("ix_sessions_tenant_title_trgm_") for name in indexes), json.dumps(
         plan
     )[:2500]
@@ -301,23 +288,18 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
 def _plan_problems(plan: object) -> list[str]:
     """What in a Citus plan is not a single-shard router query."""
     problems: list[str] = []
-    if isinstance(plan, dict):
-        provider = plan.get("Custom Plan Provider")
+    for node in plans.nodes(plan):
+        provider = node.get("Custom Plan Provider")
         if provider is not None and provider != "Citus Adaptive":
             problems.append(f"executed by {provider}")
-        method = plan.get("INSERT/SELECT method")
+        method = node.get("INSERT/SELECT method")
         if method is not None:
             problems.append(f"INSERT ... SELECT by {method}")
-        if "Subplans" in plan:
+        if "Subplans" in node:
             problems.append("distributed subplans (run through the coordinator)")
-        tasks = plan.get("Task Count")
+        tasks = node.get("Task Count")
         if tasks is not None and tasks != 1:
             problems.append(f"{tasks} tasks")
-        for value in plan.values():
-            problems += _plan_problems(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            problems += _plan_problems(item)
     return problems
 
 
@@ -359,8 +341,7 @@ async def test_every_statement_is_a_single_shard_router_query(
                     f" SET LOCAL cortex.tenant = '{tenant}'"
                 )
                 explained = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql, *args)
-            plan = json.loads(explained) if isinstance(explained, str) else explained
-            found = _plan_problems(plan)
+            found = _plan_problems(plans.parsed(explained))
             if found:
                 problems[sql[:300]] = found
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 from datetime import timedelta
 
 import anyio
@@ -13,6 +12,7 @@ import pytest
 import cortex
 from cortex import NewMessage, use_scope
 from cortex._executor import compile_statement
+from tests import plans
 
 
 async def _conversation(store: cortex.Store, n: int) -> str:
@@ -149,27 +149,6 @@ async def test_since_matches_a_filter_over_every_message(store: cortex.Store, te
         assert await store.list_messages(sid, since=fresh[-1].created_at) == []
 
 
-def _rows_read(plan: object, relation: str) -> int:
-    """Rows a plan's scans of ``relation`` read: returned plus filtered out, over all loops.
-
-    Walks every nested node, so a Citus plan's remote plans (scans of the
-    shard ``messages_102…``) count too.
-    """
-    total = 0
-    if isinstance(plan, dict):
-        name = str(plan.get("Relation Name", ""))
-        if name == relation or name.removeprefix(relation + "_").isdigit():
-            loops = int(str(plan.get("Actual Loops", 1)))
-            kept = float(str(plan.get("Actual Rows", 0)))
-            removed = float(str(plan.get("Rows Removed by Filter", 0)))
-            total += int((kept + removed) * loops)
-        for value in plan.values():
-            total += _rows_read(value, relation)
-    elif isinstance(plan, list):
-        total += sum(_rows_read(item, relation) for item in plan)
-    return total
-
-
 async def test_since_reads_the_tail_not_the_history(
     store: cortex.Store, tenant: str, app_conn: asyncpg.Connection
 ) -> None:
@@ -207,27 +186,11 @@ async def test_since_reads_the_tail_not_the_history(
         rows = await app_conn.fetch(compiled.sql, *args)
         assert [r["seq"] for r in rows] == list(range(2501, 2511))
         explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
-    plan = json.loads(explained) if isinstance(explained, str) else explained
     # About log2(3,000) probes plus the page; a walk from the first message reads 2,510.
-    assert _rows_read(plan, "messages") <= 40
+    assert plans.rows_read(plans.parsed(explained), "messages") <= 40
 
 
 # --- a default-only page across a whole tenant ------------------------------------------
-
-
-def _scans(plan: object) -> list[dict[str, object]]:
-    """Every scan node of ``sessions`` (or a Citus shard of it) in a plan."""
-    found: list[dict[str, object]] = []
-    if isinstance(plan, dict):
-        name = str(plan.get("Relation Name", ""))
-        if name == "sessions" or name.removeprefix("sessions_").isdigit():
-            found.append(plan)
-        for value in plan.values():
-            found += _scans(value)
-    elif isinstance(plan, list):
-        for item in plan:
-            found += _scans(item)
-    return found
 
 
 async def test_default_only_page_reads_only_defaults(
@@ -268,11 +231,10 @@ async def test_default_only_page_reads_only_defaults(
         explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
     assert len(rows) == 50
     assert all(row["is_default"] for row in rows)
-    plan = json.loads(explained) if isinstance(explained, str) else explained
     # Whichever index the planner takes (the listing index, its flag in the
     # entry; or, in a database crowded with other tenants, the defaults'
     # unique index and a sort), no session row is read only to be dropped.
-    scans = _scans(plan)
+    scans = plans.scans(plans.parsed(explained), "sessions")
     assert scans
     for scan in scans:
         assert int(str(scan.get("Rows Removed by Filter", 0))) == 0, scan
