@@ -181,6 +181,8 @@ class SameSql:
             "m_authors": [""] * k,
             "m_requested": [None] * k,
             "m_responses": [None] * k,
+            "m_more_requested": [None] * k,
+            "m_more_responses": [None] * k,
             "m_metadata": ["{}"] * k,
             "m_payloads": [None] * k,
         }

@@ -274,6 +274,8 @@ def _insert_rows_statement(count: int) -> sa.Insert:
             "author": text(f"m_author_{i}"),
             "requested_input": sa.cast(text(f"m_requested_{i}"), JSONB()),
             "function_response": sa.cast(text(f"m_response_{i}"), JSONB()),
+            "more_requested_inputs": sa.cast(text(f"m_more_requested_{i}"), JSONB()),
+            "more_function_responses": sa.cast(text(f"m_more_responses_{i}"), JSONB()),
             # The host's JSON text, verbatim (json keeps its input text exactly).
             "metadata_json": sa.cast(text(f"m_metadata_{i}"), JSON()),
             "payload_json": sa.cast(text(f"m_payload_{i}"), JSON()),
@@ -340,6 +342,8 @@ def _row_values(
         values[f"m_author_{j}"] = message.author
         values[f"m_requested_{j}"] = batch.requested[i]
         values[f"m_response_{j}"] = batch.responses[i]
+        values[f"m_more_requested_{j}"] = batch.more_requested[i]
+        values[f"m_more_responses_{j}"] = batch.more_responses[i]
         values[f"m_metadata_{j}"] = batch.metadata[i]
         values[f"m_payload_{j}"] = batch.payloads[i]
     return values
@@ -394,6 +398,8 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
             _array("m_authors", sa.Text()),
             _array("m_requested", sa.Text()),
             _array("m_responses", sa.Text()),
+            _array("m_more_requested", sa.Text()),
+            _array("m_more_responses", sa.Text()),
             _array("m_metadata", sa.Text()),
             _array("m_payloads", sa.Text()),
         )
@@ -404,6 +410,8 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
             sa.column("author", sa.Text()),
             sa.column("requested", sa.Text()),
             sa.column("response", sa.Text()),
+            sa.column("more_requested", sa.Text()),
+            sa.column("more_responses", sa.Text()),
             sa.column("meta", sa.Text()),
             sa.column("payload", sa.Text()),
             with_ordinality="ord",
@@ -421,6 +429,8 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
         rows.c.author,
         sa.cast(rows.c.requested, JSONB()),
         sa.cast(rows.c.response, JSONB()),
+        sa.cast(rows.c.more_requested, JSONB()),
+        sa.cast(rows.c.more_responses, JSONB()),
         # The host's JSON text, verbatim (json keeps its input text exactly).
         sa.cast(rows.c.meta, JSON()),
         sa.cast(rows.c.payload, JSON()),
@@ -439,6 +449,8 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
                 "author",
                 "requested_input",
                 "function_response",
+                "more_requested_inputs",
+                "more_function_responses",
                 "metadata_json",
                 "payload_json",
                 "created_at",
@@ -462,6 +474,8 @@ def _append_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> 
         "m_authors": [m.author for m in batch.messages],
         "m_requested": batch.requested,
         "m_responses": batch.responses,
+        "m_more_requested": batch.more_requested,
+        "m_more_responses": batch.more_responses,
         "m_metadata": batch.metadata,
         "m_payloads": batch.payloads,
     }
@@ -560,46 +574,6 @@ async def _stored_rows(
         "k_payload_hashes": [_digest(batch.payloads[i]) for i in picked],
     }
     return (await conn.execute(_stored_statement(), params)).all()
-
-
-@cache
-def _more_statement() -> sa.Update:
-    """Store one message's questions and answers after the first (a router UPDATE on Citus)."""
-    return (
-        sa.update(messages)
-        .where(
-            messages.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-            messages.c.session_id == sa.bindparam("target_id", type_=UUID(as_uuid=True)),
-            messages.c.id == sa.bindparam("message_id", type_=UUID(as_uuid=True)),
-        )
-        .values(
-            more_requested_inputs=sa.cast(sa.bindparam("more_requested", type_=sa.Text()), JSONB()),
-            more_function_responses=sa.cast(
-                sa.bindparam("more_responses", type_=sa.Text()), JSONB()
-            ),
-        )
-    )
-
-
-async def _write_more(conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> None:
-    """The further questions and answers of the batch's messages that have them, in the append's transaction.
-
-    Rare (a turn asking or answering several at once), so the hot append
-    statements keep their shape: one UPDATE per such message.
-    """
-    for i, (more_q, more_r) in enumerate(
-        zip(batch.more_requested, batch.more_responses, strict=True)
-    ):
-        if more_q is None and more_r is None:
-            continue
-        params = {
-            "scope_tenant": scope.tenant,
-            "target_id": session_id,
-            "message_id": batch.ids[i],
-            "more_requested": more_q,
-            "more_responses": more_r,
-        }
-        await conn.execute(_more_statement(), params)
 
 
 def _messages_of(
@@ -712,7 +686,6 @@ async def append_messages(
         raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
     if scope_deltas:
         await merge_scope_data(conn, scope, session_id, scope_deltas)
-    await _write_more(conn, scope, session_id, batch)
     appended = _messages_of(
         session_id, batch, {row["id"]: (row["seq"], row["created_at"]) for row in rows}
     )
