@@ -186,3 +186,61 @@ def test_from_database_equals_model_construct_with_private_attributes() -> None:
     assert fast.model_dump_json(by_alias=True) == slow.model_dump_json(by_alias=True)
     assert fast.model_fields_set == slow.model_fields_set
     assert adk.Session.model_validate(fast.model_dump()).model_dump() == fast.model_dump()
+
+
+def test_row_to_session_builds_the_model_in_field_order() -> None:
+    """The listing's fast path: the dict it hands over is in field order, the model equal to model_construct's."""
+    import uuid
+
+    from cortex._sessions import SESSION_COLUMNS, row_to_session
+    from cortex.ids import format_id
+
+    now = datetime.now(UTC)
+    sid = uuid.UUID("0190f3c2-6f1e-7b7a-9c55-7d2f6f0f8a11")
+    row = {
+        "id": sid,
+        "agent_id": "a",
+        "scope": "acme/x",
+        "title": "t",
+        "metadata": '{"k":[1]}',
+        "message_count": 3,
+        "last_message": "m",
+        "is_default": True,
+        "backfilled_by": "",
+        "created_at": now,
+        "updated_at": now,
+        "state": "paused",
+        "pending_count": 1,
+        "session_key": "order-42",
+        "data": '{"app:k":"1.5"}',
+    }
+    assert set(row) == {column.name for column in SESSION_COLUMNS}
+    built = row_to_session(row)  # type: ignore[arg-type]  # a mapping stands in for the record
+    assert list(built.__dict__) == list(Session.model_fields)
+    expected = Session.model_construct(
+        id=format_id("ses", sid),
+        agent_id="a",
+        scope=Scope.parse("acme/x"),
+        title="t",
+        metadata={"k": [1]},
+        message_count=3,
+        last_message="m",
+        is_default=True,
+        backfilled_by="",
+        created_at=now,
+        updated_at=now,
+        state=SessionState.PAUSED,
+        pending_count=1,
+        key="order-42",
+        data={"app:k": 1.5},
+    )
+    assert built == expected
+    assert built.model_dump_json() == expected.model_dump_json()
+    assert built.model_fields_set == expected.model_fields_set
+    # Each instance owns its set: one model's fields set never leaks into another's.
+    other = row_to_session(row)  # type: ignore[arg-type]
+    assert built.model_fields_set is not other.model_fields_set
+    empty = row_to_session({**row, "metadata": "{}", "data": "{}"})  # type: ignore[arg-type]
+    assert empty.metadata == {}
+    assert empty.data == {}
+    assert empty.metadata is not other.metadata
