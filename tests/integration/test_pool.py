@@ -1,0 +1,83 @@
+"""The pool's fast path: an idle connection taken and given back without a greenlet hop.
+
+SQLAlchemy's asyncio pool runs every checkout and return in a greenlet, so
+that it may await the network; taking an idle connection and putting a clean
+one back never does (cortex._db._take_idle, _resets_quietly). These tests
+hold both halves: the fast path is the one taken, and whatever still needs
+I/O (a dropped connection's slot, a connection left in a transaction)
+takes the greenlet path and works as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy.util import greenlet_spawn
+
+import cortex
+from cortex import NewMessage, _db, use_scope
+from tests.conftest import Database, store_url
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions cortex runs through ``greenlet_spawn``, by name."""
+    seen: list[str] = []
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(fn, "__name__", repr(fn)))
+        return await greenlet_spawn(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_db, "greenlet_spawn", counted)
+    return seen
+
+
+async def test_a_call_on_an_idle_connection_takes_no_greenlet_hop(
+    database: Database, tenant: str, hops: list[str]
+) -> None:
+    async with cortex.connect(store_url(database), pool_size=2, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")  # opens the connection: greenlet path
+            del hops[:]
+            for _ in range(3):
+                await store.append_message(s.id, NewMessage("user", "hi"))
+                assert (await store.get_session(s.id)).id == s.id
+                assert len(await store.list_sessions()) == 1
+            assert hops == []
+        # Every connection went back into the pool.
+        assert store._engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_dropped_connection_is_opened_again_through_the_greenlet_path(
+    database: Database, owner_conn: asyncpg.Connection, tenant: str, hops: list[str]
+) -> None:
+    async with cortex.connect(store_url(database), pool_size=1, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        pool = store._engine.sync_engine.pool
+        # The server ends the pooled connection while it sits idle.
+        ended = await owner_conn.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE usename = $1 AND pid <> pg_backend_pid()",
+            database.app_role,
+        )
+        assert ended == 1
+        await asyncio.sleep(0.2)  # asyncpg sees the socket close
+        del hops[:]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no coroutine left un-awaited by the fast path
+            with use_scope(tenant):
+                assert (await store.get_session(s.id)).id == s.id
+                # The dropped slot was dropped through the pool and opened again in a greenlet.
+                assert hops == ["invalidate", "close", "connect"]
+                del hops[:]
+                assert (await store.get_session(s.id)).id == s.id
+                assert hops == []  # and the next call is back on the fast path
+            gc.collect()
+        assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert not _db._DROPPED.get(pool)
