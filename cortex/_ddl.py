@@ -42,6 +42,8 @@ __all__ = [
     "count_rows",
     "create_index",
     "drop_index",
+    "key_columns",
+    "rebuild_index",
     "run",
     "run_weak",
 ]
@@ -158,6 +160,35 @@ def create_index(name: str, definition: str, *, unique: bool = False) -> None:
 def drop_index(name: str) -> None:
     """``DROP INDEX CONCURRENTLY IF EXISTS name``."""
     run_weak(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+
+def key_columns(name: str) -> int | None:
+    """How many key columns index ``name`` has (None: no such index; offline: unknown)."""
+    if _offline():
+        return None
+    found = _scalar(
+        "SELECT i.indnkeyatts FROM pg_catalog.pg_index AS i"
+        " WHERE i.indexrelid = pg_catalog.to_regclass(:n)",
+        n=name,
+    )
+    return None if found is None else int(str(found))
+
+
+def rebuild_index(name: str, definition: str, keys: int) -> None:
+    """Make ``name`` the index ``definition`` (``keys`` key columns), online.
+
+    The new form is built ``CONCURRENTLY`` beside the old one as
+    ``<name>_next``, the old one dropped ``CONCURRENTLY``, and the new one
+    renamed under a short lock timeout with retries. An index that already
+    has ``keys`` key columns is left alone, so a run killed at any step runs
+    again from the top (the key count tells the two forms apart).
+    """
+    if key_columns(name) == keys:
+        return
+    building = f"{name}_next"
+    create_index(building, definition)
+    drop_index(name)
+    run(f"ALTER INDEX IF EXISTS {building} RENAME TO {name}")
 
 
 def add_check(table: str, name: str, condition: str) -> None:

@@ -136,23 +136,24 @@ sessions = sa.Table(
 # - exact scope, and the subtree fallback for depth >= 3 (a range on scope);
 # - depth-2 subtree (scope_l2), the large-subtree case below a tenant.
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
-# is_default last (revision 20261201000014): a default-only page tests it on
-# the index entry; the order is (updated_at, id)'s.
-sa.Index("ix_sessions_tenant_recent", sessions.c.tenant_id, *_ORDER, sessions.c.is_default)
-sa.Index("ix_sessions_agent_recent", sessions.c.tenant_id, sessions.c.agent_id, *_ORDER)
-sa.Index("ix_sessions_scope_recent", sessions.c.tenant_id, sessions.c.scope, *_ORDER)
+# is_default last (revisions 20261201000014 and 15): a default-only page tests
+# it on the index entry; the order is (updated_at, id)'s.
+_LISTED = (*_ORDER, sessions.c.is_default)
+sa.Index("ix_sessions_tenant_recent", sessions.c.tenant_id, *_LISTED)
+sa.Index("ix_sessions_agent_recent", sessions.c.tenant_id, sessions.c.agent_id, *_LISTED)
+sa.Index("ix_sessions_scope_recent", sessions.c.tenant_id, sessions.c.scope, *_LISTED)
 sa.Index(
     "ix_sessions_agent_scope_recent",
     sessions.c.tenant_id,
     sessions.c.agent_id,
     sessions.c.scope,
-    *_ORDER,
+    *_LISTED,
 )
 sa.Index(
     "ix_sessions_l2_recent",
     sessions.c.tenant_id,
     sessions.c.scope_l2,
-    *_ORDER,
+    *_LISTED,
     postgresql_where=sessions.c.scope_depth >= 2,
 )
 sa.Index(
@@ -160,7 +161,7 @@ sa.Index(
     sessions.c.tenant_id,
     sessions.c.agent_id,
     sessions.c.scope_l2,
-    *_ORDER,
+    *_LISTED,
     postgresql_where=sessions.c.scope_depth >= 2,
 )
 # At most one default per (agent, exact scope): the database, not the code, enforces it.

@@ -587,8 +587,19 @@ class Store:
             InvalidInput: a delta would grow a state document past 1 MiB, or
                 ``scope_data`` names a scope off the session's path.
         """
+        return await self._append(session_id, list(messages), data, scope_data, expected_count)
+
+    async def _append(
+        self,
+        session_id: SessionId,
+        messages: list[NewMessage],
+        data: Data | None,
+        scope_data: ScopeData | None,
+        expected_count: Seq | None,
+    ) -> list[Message]:
+        """:meth:`append_messages` past the boundary's validation (its arguments are checked)."""
         scope, sid = current_scope(), _sid(session_id)
-        batch = _messages.encode_batch(list(messages))
+        batch = _messages.encode_batch(messages)
         data_delta, deltas = _data_json(data), _scope_deltas(scope_data)
         return await self._run(
             scope,
@@ -612,7 +623,8 @@ class Store:
     @boundary
     async def append_message(self, session_id: SessionId, message: AMessage) -> Message:
         """Append one message; see :meth:`append_messages`."""
-        (stored,) = await self.append_messages(session_id, [message])
+        # Validated once, here: append_messages' boundary would check it again.
+        (stored,) = await self._append(session_id, [message], None, None, None)
         return stored
 
     @boundary

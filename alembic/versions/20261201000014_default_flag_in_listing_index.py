@@ -25,7 +25,6 @@ runs again from the top. Downgrade rebuilds the old form the same way.
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from alembic import op
@@ -39,36 +38,13 @@ depends_on: str | Sequence[str] | None = None
 safe_with_code_from: str = "20261201000009"
 
 NAME = "ix_sessions_tenant_recent"
-BUILDING = "ix_sessions_tenant_recent_next"
 WITH_FLAG = "sessions (tenant_id, updated_at DESC, id DESC, is_default)"
 WITHOUT_FLAG = "sessions (tenant_id, updated_at DESC, id DESC)"
-
-_KEYS = """
-SELECT i.indnkeyatts FROM pg_catalog.pg_index AS i
-WHERE i.indexrelid = pg_catalog.to_regclass(:name)
-"""
-
-
-def _keys(name: str) -> int | None:
-    """How many key columns index ``name`` has (None: no such index; offline: unknown)."""
-    if op.get_context().as_sql:
-        return None
-    found = op.get_bind().execute(sa.text(_KEYS), {"name": name}).scalar()
-    return None if found is None else int(found)
-
-
-def _rebuild(definition: str, keys: int) -> None:
-    """Make NAME the index ``definition`` (``keys`` key columns), online, whatever step a killed run reached."""
-    if _keys(NAME) == keys:
-        return
-    ddl.create_index(BUILDING, definition)
-    ddl.drop_index(NAME)
-    ddl.run(f"ALTER INDEX IF EXISTS {BUILDING} RENAME TO {NAME}")
 
 
 def upgrade() -> None:
     with op.get_context().autocommit_block():
-        _rebuild(WITH_FLAG, 4)
+        ddl.rebuild_index(NAME, WITH_FLAG, 4)
 
 
 def data_loss(bind: Connection) -> list[str]:
@@ -78,4 +54,4 @@ def data_loss(bind: Connection) -> list[str]:
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
-        _rebuild(WITHOUT_FLAG, 3)
+        ddl.rebuild_index(NAME, WITHOUT_FLAG, 3)

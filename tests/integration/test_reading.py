@@ -199,43 +199,107 @@ async def test_default_only_page_reads_only_defaults(
     """is_default is tested on the listing index's entry (revision …14), not on each session's row.
 
     4,000 sessions, one in 20 a default (each in a scope of its own): the
-    page reads defaults only, and filters nothing out of the heap (before
-    the revision, about 19 rows per default).
+    page reads defaults only (before the revision, about 19 rows per default).
+    """
+    await _default_only_reads_only_defaults(
+        owner_conn,
+        app_conn,
+        tenant,
+        "SELECT $1, gen_random_uuid(), 'bot', $1 || '/s' || g, 2, $1 || '/s' || g",
+        tenant,
+        cortex.ListFilter(default_only=True, limit=50),
+    )
+
+
+async def test_default_only_page_of_one_scope_reads_only_defaults(
+    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+) -> None:
+    """The exact-scope index carries the flag too (revision …15): one scope, many agents."""
+    await _default_only_reads_only_defaults(
+        owner_conn,
+        app_conn,
+        tenant,
+        "SELECT $1, gen_random_uuid(), 'bot' || g, $1 || '/p', 2, $1 || '/p'",
+        f"{tenant}/p",
+        cortex.ListFilter(default_only=True, exact=True, limit=50),
+    )
+
+
+async def test_default_only_page_of_a_project_reads_only_defaults(
+    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+) -> None:
+    """The depth-2 subtree index carries the flag too (revision …15)."""
+    await _default_only_reads_only_defaults(
+        owner_conn,
+        app_conn,
+        tenant,
+        "SELECT $1, gen_random_uuid(), 'bot', $1 || '/p/u' || g, 3, $1 || '/p'",
+        f"{tenant}/p",
+        cortex.ListFilter(default_only=True, limit=50),
+    )
+
+
+async def test_default_only_page_of_an_agent_reads_only_defaults(
+    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+) -> None:
+    """The by-agent indexes carry the flag too (revision …15): one agent of two, across a project."""
+    await _default_only_reads_only_defaults(
+        owner_conn,
+        app_conn,
+        tenant,
+        "SELECT $1, gen_random_uuid(), 'bot' || (g % 2), $1 || '/p/u' || g, 3, $1 || '/p'",
+        f"{tenant}/p",
+        cortex.ListFilter(default_only=True, agent_id="bot0", limit=50),
+    )
+
+
+async def _default_only_reads_only_defaults(
+    owner_conn: asyncpg.Connection,
+    app_conn: asyncpg.Connection,
+    tenant: str,
+    rows: str,
+    path: str,
+    flt: cortex.ListFilter,
+) -> None:
+    """4,000 sessions from ``rows`` (tenant, id, agent, scope, depth, scope_l2), one in 20 a
+    default; the default-only page at ``path`` reads no session row only to drop it.
     """
     from cortex._filters import filter_params, filter_shape
     from cortex._sessions import _page_statement
     from cortex.scope import Scope
 
     await owner_conn.execute(
-        """
+        f"""
         INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,
                               is_default, created_at, updated_at)
-        SELECT $1, gen_random_uuid(), 'bot', $1 || '/s' || g, 2, $1 || '/s' || g,
-               g % 20 = 0, now(), now() - g * interval '1 second'
+        {rows}, g % 20 = 0, now(), now() - g * interval '1 second'
         FROM generate_series(1, 4000) AS g
         """,
         tenant,
     )
     await owner_conn.execute("ANALYZE sessions")
-    scope, flt = Scope.parse(tenant), cortex.ListFilter(default_only=True, limit=50)
+    scope = Scope.parse(path)
     compiled = compile_statement(
         _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
     )
-    params = {**filter_params(scope, flt), "limit": 50}
+    params = {**filter_params(scope, flt), "limit": flt.page_size}
     args = [params[name] if name in params else compiled.fixed[name] for name in compiled.order]
     async with app_conn.transaction():
         await app_conn.execute(
             f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
         )
-        rows = await app_conn.fetch(compiled.sql, *args)
+        # The plan the routines run (cortex._routines.ROUTINE_SETTINGS).
+        await app_conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        found = await app_conn.fetch(compiled.sql, *args)
         explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
-    assert len(rows) == 50
-    assert all(row["is_default"] for row in rows)
-    # Whichever index the planner takes (the listing index, its flag in the
-    # entry; or, in a database crowded with other tenants, the defaults'
-    # unique index and a sort), no session row is read only to be dropped.
-    scans = plans.scans(plans.parsed(explained), "sessions")
-    assert scans
-    for scan in scans:
-        assert int(str(scan.get("Rows Removed by Filter", 0))) == 0, scan
-        assert int(str(scan.get("Rows Removed by Index Recheck", 0))) == 0, scan
+    assert len(found) == flt.page_size
+    assert all(row["is_default"] for row in found)
+    # One ordered walk of a listing index that reads the page's rows and no
+    # other: the flag is tested on the index entry. Before revision …15 a
+    # default-only page of a scope, a project or an agent read every default
+    # of the tenant through uq_sessions_default, then sorted them.
+    parsed = plans.parsed(explained)
+    assert not [node for node in plans.nodes(parsed) if node.get("Node Type") == "Sort"]
+    assert plans.rows_read(parsed, "sessions") == flt.page_size
+    for scan in plans.scans(parsed, "sessions"):
+        assert str(scan.get("Index Name", "")).startswith("ix_sessions_"), scan
