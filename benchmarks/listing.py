@@ -63,7 +63,19 @@ def queries(org0_size: int) -> list[Query]:
         Query("page: exact scope org0/proj1/user7", "org0/proj1/user7", ListFilter(exact=True)),
         Query("page: exact tenant level org0", "org0", ListFilter(exact=True)),
         Query("page: by agent in org5", "org5", ListFilter(agent_id=a1)),
+        Query("page: user subtree org0/proj1/user7", "org0/proj1/user7", ListFilter()),
         Query("page: default only, org0", "org0", ListFilter(default_only=True)),
+        Query(
+            "page: default only, project org0/proj1", "org0/proj1", ListFilter(default_only=True)
+        ),
+        Query(
+            "page: default only, exact tenant level org0",
+            "org0",
+            ListFilter(default_only=True, exact=True),
+        ),
+        Query(
+            "page: default only, org0 + agent", "org0", ListFilter(default_only=True, agent_id=a1)
+        ),
         Query("page: state=paused, org0", "org0", ListFilter(state=SessionState.PAUSED)),
         Query("search 'zanzibar', org5/proj3", "org5/proj3", ListFilter(search="zanzibar")),
         Query("search 'invoice', org0/proj1", "org0/proj1", ListFilter(search="invoice")),
