@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import asyncpg
@@ -194,63 +195,38 @@ async def test_since_reads_the_tail_not_the_history(
 # --- a default-only page across a whole tenant ------------------------------------------
 
 
+# Each case: the sessions (tenant, id, agent, scope, depth, scope_l2), the
+# listed scope (under the tenant), the filter. The whole tenant is revision
+# …14's; the exact scope (one scope, many agents), the depth-2 project and an
+# agent across a project are …15's.
+_DEFAULT_ONLY_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "tenant": ("'bot', $1 || '/s' || g, 2, $1 || '/s' || g", "", {}),
+    "exact scope": ("'bot' || g, $1 || '/p', 2, $1 || '/p'", "/p", {"exact": True}),
+    "project": ("'bot', $1 || '/p/u' || g, 3, $1 || '/p'", "/p", {}),
+    "agent": ("'bot' || (g % 2), $1 || '/p/u' || g, 3, $1 || '/p'", "/p", {"agent_id": "bot0"}),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(_DEFAULT_ONLY_CASES))
 async def test_default_only_page_reads_only_defaults(
-    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+    case: str, tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
 ) -> None:
-    """is_default is tested on the listing index's entry (revision …14), not on each session's row.
+    """is_default is tested on the listing index's entry, not on each session's row.
 
-    4,000 sessions, one in 20 a default (each in a scope of its own): the
-    page reads defaults only (before the revision, about 19 rows per default).
+    4,000 sessions, one in 20 a default: the page reads defaults only
+    (before revision …14, about 19 rows per default across a tenant; before
+    …15, a scope's, a project's or an agent's page read and sorted every
+    default of the tenant, or read rows to drop them).
     """
+    rows, below, options = _DEFAULT_ONLY_CASES[case]
     await _default_only_reads_only_defaults(
         owner_conn,
         app_conn,
         tenant,
-        "SELECT $1, gen_random_uuid(), 'bot', $1 || '/s' || g, 2, $1 || '/s' || g",
-        tenant,
-        cortex.ListFilter(default_only=True, limit=50),
-    )
-
-
-async def test_default_only_page_of_one_scope_reads_only_defaults(
-    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
-) -> None:
-    """The exact-scope index carries the flag too (revision …15): one scope, many agents."""
-    await _default_only_reads_only_defaults(
-        owner_conn,
-        app_conn,
-        tenant,
-        "SELECT $1, gen_random_uuid(), 'bot' || g, $1 || '/p', 2, $1 || '/p'",
-        f"{tenant}/p",
-        cortex.ListFilter(default_only=True, exact=True, limit=50),
-    )
-
-
-async def test_default_only_page_of_a_project_reads_only_defaults(
-    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
-) -> None:
-    """The depth-2 subtree index carries the flag too (revision …15)."""
-    await _default_only_reads_only_defaults(
-        owner_conn,
-        app_conn,
-        tenant,
-        "SELECT $1, gen_random_uuid(), 'bot', $1 || '/p/u' || g, 3, $1 || '/p'",
-        f"{tenant}/p",
-        cortex.ListFilter(default_only=True, limit=50),
-    )
-
-
-async def test_default_only_page_of_an_agent_reads_only_defaults(
-    tenant: str, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
-) -> None:
-    """The by-agent indexes carry the flag too (revision …15): one agent of two, across a project."""
-    await _default_only_reads_only_defaults(
-        owner_conn,
-        app_conn,
-        tenant,
-        "SELECT $1, gen_random_uuid(), 'bot' || (g % 2), $1 || '/p/u' || g, 3, $1 || '/p'",
-        f"{tenant}/p",
-        cortex.ListFilter(default_only=True, agent_id="bot0", limit=50),
+        f"SELECT $1, gen_random_uuid(), {rows}",
+        tenant + below,
+        cortex.ListFilter(default_only=True, limit=50, **options),
     )
 
 
