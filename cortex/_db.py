@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from asyncio import CancelledError
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, NamedTuple, TypeVar
@@ -295,18 +294,12 @@ async def checkout(engine: AsyncEngine) -> Checkout:
     abandoned puts its connection straight back into the pool when it arrives.
     """
     pool = engine.sync_engine.pool
-    if _idle_waiting(pool):
-        # An idle pooled connection, taken with no I/O: nothing can
-        # interrupt this checkout half-way, so it needs no task of its own,
-        # and, while no slot waits to be reopened, not even a greenlet.
-        taken = _take_idle(pool) if not _DROPPED.get(pool) else None
+    if _idle_waiting(pool) and _next_idle_is_live(pool):
+        # An idle connection that is open and current: taken with no I/O, so
+        # nothing can interrupt the checkout half-way, and without a greenlet.
+        taken = _take_idle(pool)
         if taken is not None:
             return await _checked(engine, pool, taken)
-        held = await _open(engine)
-        if held.fresh and _DROPPED.get(pool):
-            # Taken from the idle queue, yet opened now: a dropped slot reopened.
-            _DROPPED[pool] -= 1
-        return held
     task = asyncio.ensure_future(_open(engine))
     try:
         return await asyncio.shield(task)
@@ -330,36 +323,50 @@ def _idle_waiting(pool: Pool) -> bool:
     )
 
 
+def _next_idle_is_live(pool: Pool) -> bool:
+    """Whether the idle connection the pool hands out next is open and current.
+
+    Then taking it needs no I/O. SQLAlchemy reopens a slot at checkout when
+    its connection was dropped (by cortex, or by SQLAlchemy itself on a
+    disconnect or a garbage-collected checkout) or predates an invalidation
+    of the pool or of the slot; that reconnect must run in a greenlet, in
+    the checkout's own task. This reads the record at the head of the pool's
+    queue (the tail with ``use_lifo``) and the times
+    ``_ConnectionRecord.get_connection`` compares; anything it does not
+    recognise (another pool or queue class) counts as not live.
+    """
+    adapted = getattr(pool, "_pool", None)
+    queue = getattr(adapted, "_queue", None)
+    waiting = getattr(queue, "_queue", None)
+    if not isinstance(queue, asyncio.Queue) or not waiting:
+        return False
+    record = waiting[-1] if isinstance(queue, asyncio.LifoQueue) else waiting[0]
+    started = getattr(record, "starttime", None)
+    invalidated = getattr(pool, "_invalidate_time", None)
+    soft = getattr(record, "_soft_invalidate_time", None)
+    return (
+        getattr(record, "dbapi_connection", None) is not None
+        and isinstance(started, int | float)
+        and isinstance(invalidated, int | float)
+        and isinstance(soft, int | float)
+        and invalidated <= started
+        and soft <= started
+    )
+
+
 def _take_idle(pool: Pool) -> PoolProxiedConnection | None:
-    """An idle connection checked out synchronously, or None where that needed I/O.
+    """The live idle connection :func:`_next_idle_is_live` saw, checked out without a greenlet.
 
     SQLAlchemy's asyncio pool runs a checkout in a greenlet so that it may
-    await the network, but an idle connection is taken from its queue
-    without awaiting. A slot whose connection cortex dropped (see
-    :func:`release`) is opened again at its next checkout, which needs the
-    greenlet: while any such slot waits, ``checkout`` does not come here.
-    Two greenlet hops were a fifth of a call's client CPU (docs/benchmarks.md).
+    await the network; taking an open, current connection from its queue
+    never does. Two greenlet hops were a fifth of a call's client CPU
+    (docs/benchmarks.md).
     """
     try:
         return pool.connect()
     except MissingGreenlet:  # never expected: SQLAlchemy puts the slot back
         log.debug("an idle checkout needed I/O", exc_info=True)
         return None
-
-
-# Slots of each pool whose connection cortex dropped and the pool has not
-# opened again yet (its next checkout of the slot reconnects).
-_DROPPED: weakref.WeakKeyDictionary[Pool, int] = weakref.WeakKeyDictionary()
-
-
-def _dropped(pool: Pool) -> None:
-    _DROPPED[pool] = _DROPPED.get(pool, 0) + 1
-
-
-def _pool_of(conn: PoolProxiedConnection) -> Pool | None:
-    """The pool ``conn`` was checked out of (SQLAlchemy's pooled connection keeps it)."""
-    pool = getattr(conn, "_pool", None)
-    return pool if isinstance(pool, Pool) else None
 
 
 def _returns_quietly(pool: Pool) -> bool:
@@ -381,7 +388,6 @@ async def _checked(engine: AsyncEngine, pool: Pool, conn: PoolProxiedConnection)
     except BaseException:
         await greenlet_spawn(conn.invalidate)
         await greenlet_spawn(conn.close)
-        _dropped(pool)
         raise
     # No count (an engine not built by make_engine): treat it as new, so a
     # failing BEGIN is reported rather than retried.
@@ -552,11 +558,8 @@ async def release(
         driver.terminate()
     except Exception:  # already gone
         log.debug("terminate failed", exc_info=True)
-    pool = _pool_of(conn)
     try:
         await greenlet_spawn(conn.invalidate)
         await greenlet_spawn(conn.close)
     except Exception:  # the pool drops it either way
         log.debug("invalidate failed", exc_info=True)
-    if pool is not None:
-        _dropped(pool)

@@ -80,4 +80,3 @@ async def test_a_dropped_connection_is_opened_again_through_the_greenlet_path(
                 assert hops == []  # and the next call is back on the fast path
             gc.collect()
         assert pool.checkedout() == 0  # type: ignore[attr-defined]
-        assert not _db._DROPPED.get(pool)
