@@ -287,9 +287,12 @@ class Checkout(NamedTuple):
 async def checkout(engine: AsyncEngine) -> Checkout:
     """A pooled connection, its asyncpg connection, and whether the pool just opened it.
 
-    The checkout runs in a task of its own and is never cancelled: cancelling
-    it mid-handshake would tear down a half-open connection (asyncpg then
-    reports a lost connection on a future nobody awaits). The caller, though,
+    An idle connection that is open and current is taken at once, with no
+    I/O and no await (:func:`_next_idle_is_live`). Any other checkout may
+    open a connection, so it runs in a task of its own and is never
+    cancelled: cancelling it mid-handshake would tear down a half-open
+    connection (asyncpg then reports a lost connection on a future nobody
+    awaits). The caller, though,
     is free to leave: a cancelled caller returns at once, and the checkout it
     abandoned puts its connection straight back into the pool when it arrives.
     """
