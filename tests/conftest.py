@@ -319,3 +319,20 @@ def current_at_head() -> dict[str, object]:
         "routines": wanted_count(),
         "routines_expected": wanted_count(),
     }
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions cortex._db runs through ``greenlet_spawn``, by name, in call order."""
+    from sqlalchemy.util import greenlet_spawn
+
+    from cortex import _db
+
+    seen: list[str] = []
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(fn, "__name__", repr(fn)))
+        return await greenlet_spawn(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_db, "greenlet_spawn", counted)
+    return seen

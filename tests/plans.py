@@ -6,6 +6,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
+
+from cortex.models import ListFilter
+from cortex.scope import Scope
+
 
 def parsed(explained: Any) -> Any:
     """The plan asyncpg returned for ``EXPLAIN (FORMAT JSON)``: text or already decoded."""
@@ -41,3 +46,33 @@ def rows_read(plan: Any, relation: str) -> int:
         removed = float(str(scan.get("Rows Removed by Filter", 0)))
         total += int((kept + removed) * int(str(scan.get("Actual Loops", 1))))
     return total
+
+
+async def explain_page(
+    app_conn: asyncpg.Connection, scope: Scope, flt: ListFilter
+) -> tuple[list[asyncpg.Record], Any]:
+    """A listing page's rows and its ``EXPLAIN (ANALYZE)`` plan, as the application role.
+
+    Under the plan the store runs: on plain PostgreSQL the routines' generic
+    plan (cortex._routines.ROUTINE_SETTINGS); on Citus the workers' own.
+    """
+    from cortex._executor import compile_statement
+    from cortex._filters import filter_params, filter_shape
+    from cortex._sessions import _page_statement
+    from tests.conftest import CITUS_URL
+
+    compiled = compile_statement(
+        _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
+    )
+    values = {**filter_params(scope, flt), "limit": flt.page_size}
+    args = [values[name] if name in values else compiled.fixed[name] for name in compiled.order]
+    async with app_conn.transaction():
+        await app_conn.execute(
+            "SET LOCAL citus.propagate_set_commands = 'local';"
+            f" SET LOCAL cortex.tenant = '{scope.tenant}'"
+        )
+        if CITUS_URL is None:
+            await app_conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        rows = await app_conn.fetch(compiled.sql, *args)
+        explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
+    return rows, parsed(explained)

@@ -21,12 +21,9 @@ import asyncpg
 import pytest
 
 import cortex
-from cortex._executor import compile_statement
-from cortex._filters import filter_params, filter_shape
-from cortex._sessions import _page_statement
 from cortex.scope import Scope
 from tests import plans
-from tests.conftest import CITUS_URL, Database
+from tests.conftest import Database
 
 _SEED = """
 INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,
@@ -90,21 +87,8 @@ async def test_a_page_is_one_index_walk_of_its_own_rows(
     tenant = await _seeded(database, owner_conn)
     scope = Scope.parse(tenant + below)
     flt = cortex.ListFilter(exact=exact, agent_id=agent, default_only=default_only, limit=20)
-    compiled = compile_statement(
-        _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
-    )
-    values = {**filter_params(scope, flt), "limit": flt.page_size}
-    args = [values[name] if name in values else compiled.fixed[name] for name in compiled.order]
-    async with app_conn.transaction():
-        await app_conn.execute(
-            f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
-        )
-        if CITUS_URL is None:
-            await app_conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        rows = await app_conn.fetch(compiled.sql, *args)
-        explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
+    rows, parsed = await plans.explain_page(app_conn, scope, flt)
     assert rows  # every shape has sessions to list
-    parsed = plans.parsed(explained)
     for node in plans.nodes(parsed):
         if node.get("Node Type") == "Sort":
             sorted_rows = sum(int(str(child.get("Actual Rows", 0))) for child in node["Plans"])

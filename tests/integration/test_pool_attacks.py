@@ -22,24 +22,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy.util import greenlet_spawn
 
 import cortex
 from cortex import NewMessage, _db, use_scope
 from tests.conftest import Database, asyncpg_dsn, store_url
-
-
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The functions cortex runs through ``greenlet_spawn``, by name."""
-    seen: list[str] = []
-
-    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(getattr(fn, "__name__", repr(fn)))
-        return await greenlet_spawn(fn, *args, **kwargs)
-
-    monkeypatch.setattr(_db, "greenlet_spawn", counted)
-    return seen
 
 
 class _Caught:

@@ -14,7 +14,6 @@ import cortex
 from cortex import NewMessage, use_scope
 from cortex._executor import compile_statement
 from tests import plans
-from tests.conftest import CITUS_URL
 
 
 async def _conversation(store: cortex.Store, n: int) -> str:
@@ -241,8 +240,6 @@ async def _default_only_reads_only_defaults(
     """4,000 sessions from ``rows`` (tenant, id, agent, scope, depth, scope_l2), one in 20 a
     default; the default-only page at ``path`` reads no session row only to drop it.
     """
-    from cortex._filters import filter_params, filter_shape
-    from cortex._sessions import _page_statement
     from cortex.scope import Scope
 
     await owner_conn.execute(
@@ -270,28 +267,13 @@ async def _default_only_reads_only_defaults(
             flt.agent_id or "other",
         )
     await owner_conn.execute("ANALYZE sessions")
-    scope = Scope.parse(path)
-    compiled = compile_statement(
-        _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
-    )
-    params = {**filter_params(scope, flt), "limit": flt.page_size}
-    args = [params[name] if name in params else compiled.fixed[name] for name in compiled.order]
-    async with app_conn.transaction():
-        await app_conn.execute(
-            f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
-        )
-        if CITUS_URL is None:
-            # The plan the routines run (cortex._routines.ROUTINE_SETTINGS).
-            await app_conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        found = await app_conn.fetch(compiled.sql, *args)
-        explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
+    found, parsed = await plans.explain_page(app_conn, Scope.parse(path), flt)
     assert len(found) == flt.page_size
     assert all(row["is_default"] for row in found)
     # One ordered walk of a listing index that tests the flag on its entries:
     # no session row is read only to find it is no default, and the page never
     # reads and sorts all the tenant's defaults. Before revision …15 a
     # default-only page of a scope, a project or an agent did one or the other.
-    parsed = plans.parsed(explained)
     assert not [node for node in plans.nodes(parsed) if node.get("Node Type") == "Sort"]
     scans = plans.scans(parsed, "sessions")
     assert scans
