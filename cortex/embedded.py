@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import warnings
@@ -110,8 +111,32 @@ def embedded_server(pgdata: Path, *, delete: bool = False, keep: bool = False) -
         server = get_server(pgdata, cleanup_mode=mode)
     except Exception as exc:
         raise EmbeddedUnavailable(f"the embedded PostgreSQL did not start: {exc}") from exc
-    with server:
+    with _stopped_on_exit(server, pgdata, delete=delete):
         yield str(server.get_uri())
+
+
+@contextmanager
+def _stopped_on_exit(server: Any, pgdata: Path, *, delete: bool) -> Iterator[None]:
+    """The package's own handle, tolerant of a server that stopped behind its back.
+
+    The package checks that its postmaster runs, asks ``pg_ctl`` to stop it,
+    and sends SIGTERM when that fails: a server already stopped (or restarted
+    with ``pg_ctl``) can vanish between the check and the signal, and psutil's
+    ``NoSuchProcess`` would end the caller's run in an error after its work
+    succeeded and skip the folder's deletion. A server that is gone is the
+    state the exit wanted.
+    """
+    import psutil
+
+    server.__enter__()
+    try:
+        yield
+    finally:
+        try:
+            server.__exit__(None, None, None)
+        except psutil.NoSuchProcess:
+            if delete:
+                shutil.rmtree(pgdata, ignore_errors=True)
 
 
 def threading_is_main() -> bool:

