@@ -534,9 +534,9 @@ async def _seed_listings(
     try:
         await conn.execute(
             "INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,"
-            " created_at, updated_at)"
+            " scope_l3, created_at, updated_at)"
             " SELECT $1, gen_random_uuid(), $2, $1 || '/team/user' || (g % $4), 3, $1 || '/team',"
-            " t, t FROM (SELECT g, now() - g * interval '1 second' AS t"
+            " $1 || '/team/user' || (g % $4), t, t FROM (SELECT g, now() - g * interval '1 second' AS t"
             " FROM generate_series(1, $3::int) AS g) AS s",
             LIST_SCOPE.tenant,
             AGENT,

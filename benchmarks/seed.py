@@ -25,7 +25,7 @@ Data shape (the one docs/query-plans.md and the design research use):
   other 99 share the rest evenly;
 * 20 projects per tenant (``orgN/projM``), 50 users per project
   (``orgN/projM/userK``); depth mix ~2 % tenant-level, ~8 % project-level,
-  ~90 % user-level; ``tenant_id``, ``scope``, ``scope_depth`` and ``scope_l2``
+  ~90 % user-level; ``tenant_id``, ``scope``, ``scope_depth``, ``scope_l2``, ``scope_l3``
   are filled exactly as ``cortex._sessions.scope_columns`` does;
 * agents ``agent-0 .. agent-4`` round robin (``n % 5``);
 * ``updated_at`` uniform over the 90 days before ``ANCHOR``, ``created_at``
@@ -182,6 +182,8 @@ def _session_rows(vocab_size: int, tenant: str | None = None) -> str:
                END AS scope,
                s0.scope_depth,
                CASE WHEN s0.scope_depth >= 2 THEN s0.tenant_id || '/' || s0.project END AS scope_l2,
+               CASE WHEN s0.scope_depth >= 3
+                    THEN s0.tenant_id || '/' || s0.project || '/' || s0.usr END AS scope_l3,
                {_uuid7("s0.created_at", "'ses:' || s0.n")} AS id,
                s0.title, s0.last_message, s0.created_at, s0.updated_at
         FROM (
@@ -204,10 +206,11 @@ def _insert_sessions(vocab_size: int, tenant: str | None = None) -> str:
     """SQL: insert sessions $2..$3 with $5 messages each (counts and previews)."""
     return f"""
         INSERT INTO sessions (
-            tenant_id, id, agent_id, scope, scope_depth, scope_l2, title, is_default,
+            tenant_id, id, agent_id, scope, scope_depth, scope_l2, scope_l3, title, is_default,
             message_count, last_message, created_at, updated_at
         )
-        SELECT s.tenant_id, s.id, s.agent_id, s.scope, s.scope_depth, s.scope_l2, s.title,
+        SELECT s.tenant_id, s.id, s.agent_id, s.scope, s.scope_depth, s.scope_l2, s.scope_l3,
+               s.title,
                -- The oldest row of ~30 % of the (tenant, agent, scope) triples, unless an
                -- earlier chunk already made that triple's default.
                row_number() OVER (PARTITION BY s.tenant_id, s.agent_id, s.scope ORDER BY s.n) = 1

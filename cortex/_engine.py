@@ -36,7 +36,7 @@ __all__ = [
 # head of alembic/versions.
 log = logging.getLogger("cortex")
 
-SCHEMA_REVISION: Final = "20261201000015"
+SCHEMA_REVISION: Final = "20261201000016"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own
@@ -245,7 +245,7 @@ class SchemaState(NamedTuple):
 
 
 # pg_dist_partition exists only with the citus extension: asked only then.
-_DISTRIBUTED_SQL: Final = """
+DISTRIBUTED_SQL: Final = """
 SELECT EXISTS (
     SELECT FROM pg_catalog.pg_dist_partition
     WHERE logicalrelid = pg_catalog.to_regclass('sessions')
@@ -295,7 +295,7 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
             citus = await conn.scalar(
                 sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
             )
-            distributed = bool(citus) and bool(await conn.scalar(sa.text(_DISTRIBUTED_SQL)))
+            distributed = bool(citus) and bool(await conn.scalar(sa.text(DISTRIBUTED_SQL)))
     state = SchemaState(bool(bypasses), distributed)
     if list(found) == [expected]:
         return state

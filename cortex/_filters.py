@@ -64,8 +64,8 @@ def _text(name: str) -> sa.BindParameter[str]:
 
 
 def depth_class(scope: Scope) -> int:
-    """Which subtree predicate serves ``scope``: 1 (tenant), 2 (scope_l2) or 3 (range)."""
-    return min(scope.depth, 3)
+    """Which subtree predicate serves ``scope``: 1 (tenant), 2 (scope_l2), 3 (scope_l3), 4 (range)."""
+    return min(scope.depth, 4)
 
 
 def scope_params(scope: Scope, key: str = "scope") -> dict[str, Any]:
@@ -90,22 +90,25 @@ def exact_clause(key: str = "scope") -> ColumnElement[bool]:
 def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
     """Sessions at the scope bound under ``key`` or beneath it, by whole segments.
 
-    ``depth`` is :func:`depth_class` of that scope. Depth 1 is the whole tenant
-    and depth 2 an equality on ``scope_l2``: both are served by an index
-    ordered like the listing. Deeper subtrees are a byte range on the path,
-    served by the exact-scope index: ``acme/a`` never matches ``acme/a-b``
-    because the range starts at ``acme/a/``.
+    ``depth`` is :func:`depth_class` of that scope. Depth 1 is the whole
+    tenant, depth 2 an equality on ``scope_l2`` and depth 3 (a user, in the
+    usual ``tenant/team/user`` layout) an equality on ``scope_l3``: each is
+    served by an index ordered like the listing, so a page reads only its
+    rows. Deeper subtrees are a byte range on the path, served by the
+    exact-scope index: ``acme/a/b/c`` never matches ``acme/a/b/c-d`` because
+    the range starts at ``acme/a/b/c/``.
     """
     tenant = sessions.c.tenant_id == _text(f"{key}_tenant")
     if depth == 1:
         return tenant
-    if depth == 2:
-        # The 2 is SQL text, not a parameter: a generic plan can prove the
-        # partial index's predicate (scope_depth >= 2) only from a constant.
+    if depth in (2, 3):
+        # The depth is SQL text, not a parameter: a generic plan can prove the
+        # partial index's predicate (scope_depth >= 2 or 3) only from a constant.
+        prefix = sessions.c.scope_l2 if depth == 2 else sessions.c.scope_l3
         return sa.and_(
             tenant,
-            sessions.c.scope_depth >= sa.literal_column("2"),
-            sessions.c.scope_l2 == _text(f"{key}_path"),
+            sessions.c.scope_depth >= sa.literal_column(str(depth)),
+            prefix == _text(f"{key}_path"),
         )
     return sa.and_(
         tenant,

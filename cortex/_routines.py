@@ -66,7 +66,7 @@ WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
   AND p.proname LIKE 'cortex\_r\_%'
 """
 
-_DEPTHS: Final = (1, 2, 3)
+_DEPTHS: Final = (1, 2, 3, 4)
 
 # Every routine runs its statement's generic plan, from the first call.
 # PL/pgSQL caches a plan per statement the way a prepared statement does, and

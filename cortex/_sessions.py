@@ -197,6 +197,7 @@ def scope_columns(scope: Scope) -> dict[str, Any]:
         "new_scope": str(scope),
         "new_scope_depth": scope.depth,
         "new_scope_l2": scope.prefix(2) if scope.depth >= 2 else None,
+        "new_scope_l3": scope.prefix(3) if scope.depth >= 3 else None,
     }
 
 
@@ -206,6 +207,7 @@ def _scope_values() -> dict[str, Any]:
         "scope": sa.bindparam("new_scope", type_=sa.Text()),
         "scope_depth": sa.bindparam("new_scope_depth", type_=sa.SmallInteger()),
         "scope_l2": sa.bindparam("new_scope_l2", type_=sa.Text()),
+        "scope_l3": sa.bindparam("new_scope_l3", type_=sa.Text()),
     }
 
 
@@ -485,7 +487,7 @@ async def insert_session(
         lookup = {
             k: v
             for k, v in params.items()
-            if k not in ("new_tenant_id", "new_scope_depth", "new_scope_l2")
+            if k not in ("new_tenant_id", "new_scope_depth", "new_scope_l2", "new_scope_l3")
         }
         existing = (await conn.execute(_taken_statement(), lookup)).first()
         if existing is not None:

@@ -63,6 +63,10 @@ sessions = sa.Table(
     # cortex-owned: the first two segments when scope_depth >= 2, else NULL;
     # keys the per-depth subtree index (see docs/query-plans.md).
     sa.Column("scope_l2", sa.Text(collation=_C), nullable=True),
+    # cortex-owned: the first three segments when scope_depth >= 3, else NULL;
+    # keys the depth-3 subtree index (revision 20261201000016). Written by
+    # cortex at insert, else (rows of an older release) by a trigger.
+    sa.Column("scope_l3", sa.Text(collation=_C), nullable=True),
     # host-owned: stored verbatim; written by create_session and update_session only.
     sa.Column("title", sa.Text(), nullable=False, server_default=""),
     # host-owned, legacy: the metadata of rows last written before revision
@@ -134,7 +138,8 @@ sessions = sa.Table(
 # index scan that stops after `limit` rows, whatever the subtree's size.
 # - whole tenant (depth-1 subtree), without and with an agent filter;
 # - exact scope, and the subtree fallback for depth >= 3 (a range on scope);
-# - depth-2 subtree (scope_l2), the large-subtree case below a tenant.
+# - depth-2 subtree (scope_l2), the large-subtree case below a tenant;
+# - depth-3 subtree (scope_l3): a user's sessions, and any beneath them.
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))
 # is_default last (revisions 20261201000014 and 15): a default-only page tests
 # it on the index entry; the order is (updated_at, id)'s.
@@ -163,6 +168,21 @@ sa.Index(
     sessions.c.scope_l2,
     *_LISTED,
     postgresql_where=sessions.c.scope_depth >= 2,
+)
+sa.Index(
+    "ix_sessions_l3_recent",
+    sessions.c.tenant_id,
+    sessions.c.scope_l3,
+    *_LISTED,
+    postgresql_where=sessions.c.scope_depth >= 3,
+)
+sa.Index(
+    "ix_sessions_agent_l3_recent",
+    sessions.c.tenant_id,
+    sessions.c.agent_id,
+    sessions.c.scope_l3,
+    *_LISTED,
+    postgresql_where=sessions.c.scope_depth >= 3,
 )
 # At most one default per (agent, exact scope): the database, not the code, enforces it.
 sa.Index(

@@ -4,12 +4,13 @@ On plain PostgreSQL the routines run generic plans (cortex._routines
 ROUTINE_SETTINGS): one plan per shape, whatever the scope, the agent or the
 page size, so a shape whose generic plan sorted or filtered its way to a
 page would be slow for every caller. On Citus the workers plan each call.
-Twenty shapes (whole tenant, project, exact scope at three depths; with and
-without an agent; with and without ``default_only``) over 20,000 sessions of
-one tenant beside 20,000 of another, EXPLAIN (ANALYZE) as the application
-role: no shape may sort more than a page, and every session row read must be
-one the page returns. The depth-3 subtree (docs/query-plans.md P8) reads the
-subtree through a bitmap and a top-N sort: not one of these shapes.
+Twenty-four shapes (whole tenant, project, user, exact scope at three
+depths; with and without an agent; with and without ``default_only``) over
+20,000 sessions of one tenant beside 20,000 of another, EXPLAIN (ANALYZE)
+as the application role: no shape may sort more than a page, and every
+session row read must be one the page returns. The user's subtree (depth 3,
+docs/query-plans.md P8) read the tenant's or the project's index and dropped
+the other users' rows until revision 20261201000016 gave it ``scope_l3``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from tests import plans
 from tests.conftest import Database
 
 _SEED = """
-INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2,
+INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2, scope_l3,
                       created_at, updated_at)
 SELECT $1, gen_random_uuid(), 'agent-' || agent,
        CASE depth WHEN 1 THEN $1 WHEN 2 THEN $1 || '/proj' || proj
             ELSE $1 || '/proj' || proj || '/user' || usr END,
        depth, CASE WHEN depth >= 2 THEN $1 || '/proj' || proj END,
+       CASE WHEN depth >= 3 THEN $1 || '/proj' || proj || '/user' || usr END,
        now() - g * interval '1 second', now() - g * interval '1 second'
 FROM (SELECT g, abs(hashint4(g)) % 5 AS agent, abs(hashint4(g + 1)) % 20 AS proj,
              abs(hashint4(g + 2)) % 50 AS usr,
@@ -49,7 +51,14 @@ WHERE id IN (SELECT DISTINCT ON (agent_id, scope) id FROM sessions
              ORDER BY agent_id, scope, created_at)
 """
 
-_SCOPES = (("", False), ("/proj1", False), ("", True), ("/proj1", True), ("/proj1/user21", True))
+_SCOPES = (
+    ("", False),
+    ("/proj1", False),
+    ("/proj1/user21", False),
+    ("", True),
+    ("/proj1", True),
+    ("/proj1/user21", True),
+)
 # One seeded tenant (and a neighbour) per test database, shared by the cases.
 _SEEDED: dict[str, str] = {}
 

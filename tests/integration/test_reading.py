@@ -266,6 +266,12 @@ async def _default_only_reads_only_defaults(
             tenant,
             flt.agent_id or "other",
         )
+    # As cortex writes it (on plain PostgreSQL a trigger would; Citus has none).
+    await owner_conn.execute(
+        "UPDATE sessions SET scope_l3 = split_part(scope, '/', 1) || '/' || split_part(scope, '/', 2)"
+        " || '/' || split_part(scope, '/', 3) WHERE tenant_id = $1 AND scope_depth >= 3",
+        tenant,
+    )
     await owner_conn.execute("ANALYZE sessions")
     found, parsed = await plans.explain_page(app_conn, Scope.parse(path), flt)
     assert len(found) == flt.page_size

@@ -9,6 +9,7 @@ from sqlalchemy.dialects import postgresql
 
 from cortex import ListFilter, Scope, SessionState
 from cortex._filters import (
+    depth_class,
     escape_like,
     filter_params,
     filter_shape,
@@ -41,11 +42,21 @@ def test_depth_two_uses_the_l2_column() -> None:
     assert "scope_depth >= 2" in text
 
 
+def test_depth_three_uses_the_l3_column() -> None:
+    scope = Scope.parse("acme/a/b")
+    assert depth_class(scope) == 3
+    text = sql(subtree_clause(depth_class(scope)), scope_params(scope))
+    assert "scope_l3 = 'acme/a/b'" in text
+    assert "scope_depth >= 3" in text
+
+
 def test_deeper_is_a_whole_segment_range() -> None:
-    text = sql(subtree_clause(3), scope_params(Scope.parse("acme/a/b")))
-    assert "sessions.scope = 'acme/a/b'" in text
-    assert "sessions.scope >= 'acme/a/b/'" in text
-    assert "sessions.scope < 'acme/a/b0'" in text
+    scope = Scope.parse("acme/a/b/c")
+    assert depth_class(scope) == depth_class(Scope.parse("acme/a/b/c/d/e/f/g")) == 4
+    text = sql(subtree_clause(depth_class(scope)), scope_params(scope))
+    assert "sessions.scope = 'acme/a/b/c'" in text
+    assert "sessions.scope >= 'acme/a/b/c/'" in text
+    assert "sessions.scope < 'acme/a/b/c0'" in text
 
 
 def test_search_escapes_wildcards() -> None:
