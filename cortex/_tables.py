@@ -137,7 +137,7 @@ sessions = sa.Table(
 # index ends with those columns in that direction, so a page is an ordered
 # index scan that stops after `limit` rows, whatever the subtree's size.
 # - whole tenant (depth-1 subtree), without and with an agent filter;
-# - exact scope, and the subtree fallback for depth >= 3 (a range on scope);
+# - exact scope, and the subtree fallback for depth >= 4 (a range on scope);
 # - depth-2 subtree (scope_l2), the large-subtree case below a tenant;
 # - depth-3 subtree (scope_l3): a user's sessions, and any beneath them.
 _ORDER = (sa.text("updated_at DESC"), sa.text("id DESC"))

@@ -38,6 +38,10 @@ lifted), which takes the table's lock for that batch, a few milliseconds.
 The indexes are built ``CONCURRENTLY``. On Citus (no trigger: a Citus
 database serves only this release) the fill is one distributed UPDATE.
 
+Measured on the 1,000,000-session benchmark seed (900,000 of them at depth
+3): the upgrade, fill and both index builds, took 80 s; the indexes are 71
+and 79 MB beside the table's 409 MB.
+
 Downgrade drops the indexes, the trigger and the column: nothing is lost
 (the column is derived from ``scope``).
 """
