@@ -42,10 +42,12 @@ __all__ = [
     "count_rows",
     "create_index",
     "drop_index",
+    "drop_trigger_sql",
     "key_columns",
     "rebuild_index",
     "run",
     "run_weak",
+    "unless_distributed_sql",
 ]
 
 log = logging.getLogger("cortex")
@@ -236,3 +238,47 @@ def count_rows(bind: Connection, table: str, where: str = "true") -> int:
             if bind.execute(sa.text("SELECT to_regclass(:t)"), {"t": name}).scalar() is not None:
                 bind.execute(sa.text(f"ALTER TABLE {name} NO FORCE ROW LEVEL SECURITY"))
     return int(bind.execute(sa.text(f"SELECT count(*) FROM {table} WHERE {where}")).scalar_one())
+
+
+def unless_distributed_sql(table: str, body: str) -> str:
+    """A ``DO`` block that runs ``body`` (PL/pgSQL statements) unless Citus distributes ``table``.
+
+    For triggers: Citus refuses them on distributed tables, and a Citus
+    database serves only the current release, which needs none.
+    ``pg_dist_partition`` is asked only where the extension created it.
+    """
+    return f"""
+DO $ddl$
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        IF EXISTS (
+            SELECT FROM pg_catalog.pg_dist_partition
+            WHERE logicalrelid = pg_catalog.to_regclass('{table}')
+        ) THEN
+            RETURN;
+        END IF;
+    END IF;
+{body}
+END
+$ddl$
+"""
+
+
+def drop_trigger_sql(name: str, table: str) -> str:
+    """Drop trigger ``name`` only where it exists.
+
+    Citus refuses even ``DROP TRIGGER IF EXISTS`` on a distributed table,
+    which never had it (:func:`unless_distributed_sql`).
+    """
+    return f"""
+DO $ddl$
+BEGIN
+    IF EXISTS (
+        SELECT FROM pg_catalog.pg_trigger
+        WHERE tgname = '{name}' AND tgrelid = pg_catalog.to_regclass('{table}')
+    ) THEN
+        DROP TRIGGER {name} ON {table};
+    END IF;
+END
+$ddl$
+"""

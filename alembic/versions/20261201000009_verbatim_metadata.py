@@ -70,23 +70,13 @@ $fn$
 TRIGGER = "cortex_sessions_metadata_as_jsonb"
 # Not on Citus: it refuses triggers on distributed tables, and a Citus
 # database serves only this release (cortex.migrate.distribute_sql).
-CREATE_TRIGGER = f"""
-DO $trigger$
-BEGIN
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        IF EXISTS (
-            SELECT FROM pg_catalog.pg_dist_partition
-            WHERE logicalrelid = pg_catalog.to_regclass('sessions')
-        ) THEN
-            RETURN;
-        END IF;
-    END IF;
+CREATE_TRIGGER = ddl.unless_distributed_sql(
+    "sessions",
+    f"""
     DROP TRIGGER IF EXISTS {TRIGGER} ON sessions;
     CREATE TRIGGER {TRIGGER} BEFORE UPDATE OF metadata ON sessions
-        FOR EACH ROW EXECUTE FUNCTION cortex_forget_metadata_text();
-END
-$trigger$
-"""
+        FOR EACH ROW EXECUTE FUNCTION cortex_forget_metadata_text();""",
+)
 
 
 def upgrade() -> None:
@@ -109,18 +99,7 @@ def data_loss(bind: Connection) -> list[str]:
 
 # Citus refuses even DROP TRIGGER IF EXISTS on a distributed table, where
 # the trigger was never made: drop it only where it is.
-DROP_TRIGGER = f"""
-DO $trigger$
-BEGIN
-    IF EXISTS (
-        SELECT FROM pg_catalog.pg_trigger
-        WHERE tgname = '{TRIGGER}' AND tgrelid = pg_catalog.to_regclass('sessions')
-    ) THEN
-        DROP TRIGGER {TRIGGER} ON sessions;
-    END IF;
-END
-$trigger$
-"""
+DROP_TRIGGER = ddl.drop_trigger_sql(TRIGGER, "sessions")
 
 
 def downgrade() -> None:

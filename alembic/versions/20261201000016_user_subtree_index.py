@@ -91,36 +91,15 @@ END
 $fn$
 """
 # Not on Citus: it refuses triggers on distributed tables (see revision 20261201000009).
-CREATE_TRIGGER: Final = f"""
-DO $trigger$
-BEGIN
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        IF EXISTS (
-            SELECT FROM pg_catalog.pg_dist_partition
-            WHERE logicalrelid = pg_catalog.to_regclass('sessions')
-        ) THEN
-            RETURN;
-        END IF;
-    END IF;
+CREATE_TRIGGER: Final = ddl.unless_distributed_sql(
+    "sessions",
+    f"""
     DROP TRIGGER IF EXISTS {TRIGGER} ON sessions;
     CREATE TRIGGER {TRIGGER} BEFORE INSERT ON sessions FOR EACH ROW
         WHEN (NEW.scope_depth >= 3 AND NEW.scope_l3 IS NULL)
-        EXECUTE FUNCTION {FUNCTION}();
-END
-$trigger$
-"""
-DROP_TRIGGER: Final = f"""
-DO $trigger$
-BEGIN
-    IF EXISTS (
-        SELECT FROM pg_catalog.pg_trigger
-        WHERE tgname = '{TRIGGER}' AND tgrelid = pg_catalog.to_regclass('sessions')
-    ) THEN
-        DROP TRIGGER {TRIGGER} ON sessions;
-    END IF;
-END
-$trigger$
-"""
+        EXECUTE FUNCTION {FUNCTION}();""",
+)
+DROP_TRIGGER: Final = ddl.drop_trigger_sql(TRIGGER, "sessions")
 
 _FILL_ALL: Final = (
     f"UPDATE sessions SET scope_l3 = {_PREFIX.format(s='scope')}"

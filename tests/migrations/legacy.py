@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from tests.conftest import admin, asyncpg_dsn
+from tests.conftest import admin, asyncpg_dsn, with_database
 
 T0 = datetime(2026, 7, 1, tzinfo=UTC)
 
@@ -63,3 +65,21 @@ def insert_legacy(url: str, rows: Sequence[tuple[str, str, str, str]], *, start:
             await conn.close()
 
     asyncio.run(run())
+
+
+@contextmanager
+def plain_owner_database(server_url: str) -> Iterator[tuple[str, str]]:
+    """A new database owned by a role that is neither superuser nor BYPASSRLS.
+
+    FORCE ROW LEVEL SECURITY holds such an owner too. Yields the owner's URL
+    and a superuser's URL of the same database; both go afterwards.
+    """
+    suffix = uuid.uuid4().hex[:8]
+    owner, name = f"cortex_owner_{suffix}", f"cortex_o_{suffix}"
+    execute(server_url, f'CREATE ROLE "{owner}" LOGIN', f'CREATE DATABASE "{name}" OWNER "{owner}"')
+    try:
+        yield with_database(server_url, name, user=owner), with_database(server_url, name)
+    finally:
+        execute(
+            server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'DROP ROLE "{owner}"'
+        )

@@ -7,8 +7,13 @@ import uuid
 import pytest
 
 from cortex.cli import EXIT_USAGE, main
-from tests.conftest import with_database
-from tests.migrations.legacy import current, execute, fetch, insert_legacy
+from tests.migrations.legacy import (
+    current,
+    execute,
+    fetch,
+    insert_legacy,
+    plain_owner_database,
+)
 
 # Agent ids the legacy release accepted and the API refuses (check_identifier):
 # a no-break space, a zero-width space, a control character, a tab.
@@ -107,12 +112,7 @@ def test_plain_owner_upgrades_and_the_guard_sees_through_row_level_security(
     # A database owner that is neither superuser nor BYPASSRLS: FORCE ROW LEVEL
     # SECURITY holds it too, so the downgrade guard must not count through the
     # policies (it would see no tenant's rows and let the markers go).
-    suffix = uuid.uuid4().hex[:8]
-    owner, name = f"cortex_owner_{suffix}", f"cortex_o_{suffix}"
-    execute(server_url, f'CREATE ROLE "{owner}" LOGIN', f'CREATE DATABASE "{name}" OWNER "{owner}"')
-    as_owner = with_database(server_url, name, user=owner)
-    as_super = with_database(server_url, name)
-    try:
+    with plain_owner_database(server_url) as (as_owner, as_super):
         assert main(["--database-url", as_owner, "db", "upgrade", "20260801000001"]) == 0
         insert_legacy(
             as_owner, [("bot", "acme/u1", "user", "hello"), ("bot", "acme/u1", "user", "x")]
@@ -139,7 +139,3 @@ def test_plain_owner_upgrades_and_the_guard_sees_through_row_level_security(
         assert forced[0]["n"] == 4
         # The catch-up backfill refuses a role held to row-level security.
         assert main(["--database-url", as_owner, "db", "backfill"]) == EXIT_USAGE
-    finally:
-        execute(
-            server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'DROP ROLE "{owner}"'
-        )

@@ -16,8 +16,7 @@ import cortex
 from cortex import ListFilter, use_scope
 from cortex.migrate import downgrade as downgrade_to
 from cortex.migrate import grant_sql, upgrade
-from tests.conftest import with_database
-from tests.migrations.legacy import execute, fetch
+from tests.migrations.legacy import execute, fetch, plain_owner_database
 
 REVISION = "20261201000016"
 BEFORE = "20261201000015"
@@ -82,12 +81,7 @@ def test_upgrade_fills_every_user_session_and_the_old_release_is_filled_by_the_t
 
 def test_a_plain_owner_fills_through_row_level_security(server_url: str) -> None:
     """An owner neither superuser nor BYPASSRLS sees no rows under FORCE: each batch lifts it."""
-    suffix = uuid.uuid4().hex[:8]
-    owner, name = f"cortex_owner_{suffix}", f"cortex_o_{suffix}"
-    execute(server_url, f'CREATE ROLE "{owner}" LOGIN', f'CREATE DATABASE "{name}" OWNER "{owner}"')
-    as_owner = with_database(server_url, name, user=owner)
-    as_super = with_database(server_url, name)
-    try:
+    with plain_owner_database(server_url) as (as_owner, as_super):
         upgrade(as_owner, BEFORE)
         execute(as_super, _SEED)
         upgrade(as_owner, REVISION)
@@ -96,10 +90,6 @@ def test_a_plain_owner_fills_through_row_level_security(server_url: str) -> None
             as_super, "SELECT relforcerowsecurity AS f FROM pg_class WHERE relname = 'sessions'"
         )
         assert forced[0]["f"]  # lifted only inside each batch's own statement
-    finally:
-        execute(
-            server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'DROP ROLE "{owner}"'
-        )
 
 
 def test_a_users_listing_finds_the_sessions_written_before_the_upgrade(
