@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from alembic import context, op
+from cortex._engine import DISTRIBUTED_SQL
 from cortex.errors import sqlstate_of
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "rebuild_index",
     "run",
     "run_weak",
+    "sessions_distributed",
     "unless_distributed_sql",
 ]
 
@@ -282,3 +284,11 @@ BEGIN
 END
 $ddl$
 """
+
+
+def sessions_distributed(bind: Connection) -> bool:
+    """Whether Citus distributes ``sessions`` (its catalog is asked only where the extension is)."""
+    citus = bind.execute(
+        sa.text("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
+    ).scalar()
+    return bool(citus) and bool(bind.execute(sa.text(DISTRIBUTED_SQL)).scalar())

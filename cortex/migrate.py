@@ -306,13 +306,6 @@ def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> N
 # cannot be distributed by tenant at all (add Citus after this revision).
 CITUS_FLOOR: Final = "20260824000004"
 
-_SESSIONS_DISTRIBUTED_SQL: Final = """
-SELECT EXISTS (
-    SELECT FROM pg_catalog.pg_dist_partition
-    WHERE logicalrelid = pg_catalog.to_regclass('sessions')
-)
-"""
-
 
 def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> None:
     """Refuse, before any step runs, a downgrade that would take a distributed database below CITUS_FLOOR.
@@ -321,9 +314,7 @@ def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, targe
         InvalidInput: the database is distributed and ``target`` lies below
             :data:`CITUS_FLOOR` (or is not a revision of this history).
     """
-    if not conn.execute(sa.text(_CITUS_SQL)).scalar():
-        return
-    if not conn.execute(sa.text(_SESSIONS_DISTRIBUTED_SQL)).scalar():
+    if not _ddl.sessions_distributed(conn):
         return
     heads = MigrationContext.configure(conn).get_current_heads()
     try:
@@ -532,15 +523,23 @@ _EXISTS: Final = {
 }
 
 
-def oldest_compatible_code(script: ScriptDirectory, head: str) -> str:
+def oldest_compatible_code(script: ScriptDirectory, head: str, *, distributed: bool = False) -> str:
     """The oldest code revision every revision up to ``head`` serves.
 
     A revision's ``safe_with_code_from`` names the oldest code (its
     ``SCHEMA_REVISION``) that works on a database at that revision; without
-    it, only code of the revision itself. Revision ids sort by time.
+    it, only code of the revision itself. ``distributed`` (Citus): a
+    revision's ``safe_with_code_from_distributed`` instead, where it has one
+    (a trigger that keeps older code's writes right on plain PostgreSQL
+    cannot exist on a distributed table). Revision ids sort by time.
     """
+
+    def serves_from(module: object, revision: str) -> str:
+        plain: str = getattr(module, "safe_with_code_from", revision)
+        return getattr(module, "safe_with_code_from_distributed", plain) if distributed else plain
+
     return max(
-        getattr(rev.module, "safe_with_code_from", rev.revision)
+        serves_from(rev.module, rev.revision)
         for rev in script.iterate_revisions(head, "base")
         if rev is not None
     )
@@ -563,5 +562,9 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
             "INSERT INTO cortex_schema_compat (singleton, oldest_code_revision) VALUES (true, :code)"
             " ON CONFLICT (singleton) DO UPDATE SET oldest_code_revision = EXCLUDED.oldest_code_revision"
         ),
-        {"code": oldest_compatible_code(script, heads[0])},
+        {
+            "code": oldest_compatible_code(
+                script, heads[0], distributed=_ddl.sessions_distributed(connection)
+            )
+        },
     )

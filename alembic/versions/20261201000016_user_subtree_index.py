@@ -25,18 +25,23 @@ agent, in the listing order with ``is_default`` last, partial on
 INSERT`` trigger fills it for rows an older release inserts (it fires only
 when the column is missing, so cortex's own inserts never call it).
 
-Safe with: every cortex release from 20261201000009 on (the trigger fills
-what they do not write).
+Safe with: on plain PostgreSQL every cortex release from 20261201000009 on
+(the trigger fills what they do not write); on Citus this release only.
 Online: the column is a catalog change (nullable, no default: no rewrite)
 under a short lock timeout with retries; the trigger the same. Existing rows
 are filled in batches of :data:`BATCH` in primary-key order, each batch its
 own transaction (a rerun resumes: it fills only rows still NULL). A role
 held to FORCE ROW LEVEL SECURITY (an owner that is neither superuser nor
-BYPASSRLS) would see no rows: for such a role each batch lifts FORCE for
-its own transaction only (one statement, so no other session ever sees it
-lifted), which takes the table's lock for that batch, a few milliseconds.
-The indexes are built ``CONCURRENTLY``. On Citus (no trigger: a Citus
-database serves only this release) the fill is one distributed UPDATE.
+BYPASSRLS) would see no rows: a permissive policy for the migrating role
+alone (:data:`FILL_POLICY`) opens them for the fill and is dropped after it,
+two short table locks in all; the application role is never the owner, so
+it sees nothing new. The upgrade then counts the rows still missing the
+column and fails if there is one. The indexes are built ``CONCURRENTLY``.
+On Citus the fill is one distributed UPDATE and there is no trigger, so the
+previous release must not write beside this one: on a distributed database
+this revision serves only code from itself on
+(``safe_with_code_from_distributed``; stop the previous release before
+upgrading, as docs/citus.md says).
 
 Measured on the 1,000,000-session benchmark seed (900,000 of them at depth
 3): the upgrade, fill and both index builds, took 80 s; the indexes are 71
@@ -55,7 +60,6 @@ from sqlalchemy.engine import Connection
 
 from alembic import op
 from cortex import _ddl as ddl
-from cortex._engine import DISTRIBUTED_SQL
 
 revision: str = "20261201000016"
 down_revision: str | Sequence[str] | None = "20261201000015"
@@ -63,6 +67,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.
 safe_with_code_from: str = "20261201000009"
+# On Citus: no trigger fills the column for an older release's inserts.
+safe_with_code_from_distributed: str = "20261201000016"
 
 log = logging.getLogger("cortex")
 
@@ -113,7 +119,6 @@ DECLARE
     last_tenant text;
     last_id uuid;
 BEGIN
-    {lift}
     WITH batch AS (
         SELECT tenant_id, id FROM sessions
         WHERE (tenant_id, id) > (pg_catalog.current_setting('cortex.l3_after_tenant'),
@@ -130,41 +135,53 @@ BEGIN
     FROM batch ORDER BY tenant_id DESC, id DESC LIMIT 1;
     PERFORM pg_catalog.set_config('cortex.l3_after_tenant', coalesce(last_tenant, ''), false);
     PERFORM pg_catalog.set_config('cortex.l3_after_id', coalesce(last_id::text, ''), false);
-    {restore}
 END
 $fill$
 """
-
-
-def _distributed(bind: Connection) -> bool:
-    """Whether sessions is a Citus distributed table (the catalog is asked only where it exists)."""
-    citus = bind.execute(
-        sa.text("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
-    ).scalar()
-    return bool(citus) and bool(bind.execute(sa.text(DISTRIBUTED_SQL)).scalar())
+# Row-level security holds an owner that is neither superuser nor BYPASSRLS
+# too (FORCE), and would hide every tenant's rows from the fill. For the
+# fill only, a permissive policy lets the migrating role itself (no other)
+# read and write every row: created once and dropped at the end (two short
+# table locks), where lifting FORCE would lock the table for every batch.
+# The application role is never the table's owner, so nothing changes for it.
+FILL_POLICY: Final = "cortex_fill_scope_l3"
+_OPEN_FILL: Final = (
+    f"DROP POLICY IF EXISTS {FILL_POLICY} ON sessions",
+    f"CREATE POLICY {FILL_POLICY} ON sessions TO CURRENT_USER USING (true) WITH CHECK (true)",
+)
+_CLOSE_FILL: Final = f"DROP POLICY IF EXISTS {FILL_POLICY} ON sessions"
+# After the fill: every row that needs the column has it, or the upgrade fails.
+_CHECK_FILLED: Final = """
+DO $check$
+DECLARE
+    missing bigint;
+BEGIN
+    SELECT count(*) INTO missing FROM sessions WHERE scope_depth >= 3 AND scope_l3 IS NULL;
+    IF missing > 0 THEN
+        RAISE EXCEPTION 'scope_l3: % sessions at depth 3 or deeper were not filled', missing;
+    END IF;
+END
+$check$
+"""
 
 
 def _fill() -> None:
-    """Write ``scope_l3`` into the rows that lack it, in batches (one UPDATE offline or on Citus)."""
-    if op.get_context().as_sql:
-        op.execute(_FILL_ALL)
-        return
-    bind = op.get_bind()
-    if _distributed(bind):
+    """Write ``scope_l3`` into the rows that lack it, under the fill policy, then check.
+
+    In batches on plain PostgreSQL; one UPDATE offline (``cortex db sql``)
+    and on Citus (a distributed statement, run on every shard at once).
+    """
+    ddl.run(*_OPEN_FILL)
+    if op.get_context().as_sql or ddl.sessions_distributed(op.get_bind()):
         ddl.run(_FILL_ALL)
-        return
-    forced = bool(
-        bind.execute(
-            sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'sessions'::regclass")
-        ).scalar()
-    )
-    lift = forced and not ddl.bypasses_rls(bind)
-    statement = _FILL_BATCH.format(
-        lift="ALTER TABLE sessions NO FORCE ROW LEVEL SECURITY;" if lift else "",
-        restore="ALTER TABLE sessions FORCE ROW LEVEL SECURITY;" if lift else "",
-        batch=BATCH,
-        prefix=_PREFIX.format(s="s.scope"),
-    )
+    else:
+        _fill_in_batches(op.get_bind())
+    ddl.run(_CHECK_FILLED)
+    ddl.run(_CLOSE_FILL)
+
+
+def _fill_in_batches(bind: Connection) -> None:
+    statement = _FILL_BATCH.format(batch=BATCH, prefix=_PREFIX.format(s="s.scope"))
     bind.execute(sa.text("SELECT pg_catalog.set_config('cortex.l3_after_tenant', '', false)"))
     bind.execute(
         sa.text(
@@ -201,6 +218,9 @@ def downgrade() -> None:
     with op.get_context().autocommit_block():
         for name in INDEXES:
             ddl.drop_index(name)
+        # Left by an upgrade killed half way. In a transaction of its own: Citus
+        # refuses a function command after the parallel policy DDL in one.
+        ddl.run(_CLOSE_FILL)
     op.execute(DROP_TRIGGER)
     op.execute(f"DROP FUNCTION IF EXISTS {FUNCTION}()")
     op.drop_column("sessions", "scope_l3")

@@ -62,6 +62,16 @@ async def test_upgrade_alone_distributes_every_table_colocated(
     assert sorted(r["relname"] for r in local) == ["alembic_version", "cortex_schema_compat"]
 
 
+async def test_only_this_release_may_connect_to_a_distributed_database(
+    owner_conn: asyncpg.Connection,
+) -> None:
+    """No trigger fills ``scope_l3`` for an older release on Citus (revision …16), so none connects."""
+    from cortex._engine import SCHEMA_REVISION
+
+    served = await owner_conn.fetchval("SELECT oldest_code_revision FROM cortex_schema_compat")
+    assert served == SCHEMA_REVISION >= "20261201000016"
+
+
 def test_db_current_says_distributed(
     database: Database, capsys: pytest.CaptureFixture[str]
 ) -> None:

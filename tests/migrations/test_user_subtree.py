@@ -10,12 +10,19 @@ downgrade takes it all away again.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+from alembic.script import ScriptDirectory
 
 import cortex
 from cortex import ListFilter, use_scope
+from cortex.migrate import alembic_config, grant_sql, upgrade
 from cortex.migrate import downgrade as downgrade_to
-from cortex.migrate import grant_sql, upgrade
 from tests.migrations.legacy import execute, fetch, plain_owner_database
 
 REVISION = "20261201000016"
@@ -90,6 +97,51 @@ def test_a_plain_owner_fills_through_row_level_security(server_url: str) -> None
             as_super, "SELECT relforcerowsecurity AS f FROM pg_class WHERE relname = 'sessions'"
         )
         assert forced[0]["f"]  # lifted only inside each batch's own statement
+
+
+def test_the_offline_script_fills_as_a_plain_owner_too(server_url: str) -> None:
+    """``cortex db sql`` reviewed, then run with psql by an owner held to FORCE: the fill sees every row."""
+    with plain_owner_database(server_url) as (as_owner, as_super):
+        upgrade(as_owner, BEFORE)
+        execute(as_super, _SEED)
+        command = [sys.executable, "-m", "cortex", "--database-url", as_owner, "db", "sql"]
+        script = subprocess.run(
+            [*command, f"{BEFORE}:{REVISION}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert _revision_module().FILL_POLICY in script
+        subprocess.run(
+            ["psql", "-v", "ON_ERROR_STOP=1", "-q", as_owner],
+            input=script,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        assert fetch(as_super, "SELECT version_num FROM alembic_version")[0][0] == REVISION
+        assert fetch(as_super, _WRONG)[0]["n"] == 0
+        policy = _revision_module().FILL_POLICY
+        assert not fetch(as_super, f"SELECT FROM pg_policy WHERE polname = '{policy}'")
+
+
+def test_the_check_after_the_fill_refuses_a_row_left_unfilled(blank_db: str) -> None:
+    """What the upgrade runs after its fill: a session at depth 3 without the column fails it."""
+    upgrade(blank_db, REVISION)
+    check = _revision_module()._CHECK_FILLED
+    execute(blank_db, check)  # nothing missing: passes
+    execute(
+        blank_db,
+        "ALTER TABLE sessions DISABLE TRIGGER cortex_sessions_scope_l3",
+        "INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2)"
+        " VALUES ('acme', gen_random_uuid(), 'bot', 'acme/team/u1', 3, 'acme/team')",
+    )
+    with pytest.raises(asyncpg.RaiseError, match="1 sessions at depth 3 or deeper were not filled"):
+        execute(blank_db, check)
+
+
+def _revision_module() -> Any:
+    return ScriptDirectory.from_config(alembic_config()).get_revision(REVISION).module
 
 
 def test_a_users_listing_finds_the_sessions_written_before_the_upgrade(

@@ -52,7 +52,7 @@ _TABLES = ("sessions", "messages", "pending_inputs", "session_markers")
 _SHAPES = [
     FilterShape(depth, exact, agent, default_only, search, state, distributed)
     for depth, exact, agent, default_only, search, state, distributed in itertools.product(
-        (1, 2, 3),
+        (1, 2, 3, 4),
         (False, True),
         (False, True),
         (False, True),
@@ -64,7 +64,7 @@ _SHAPES = [
 
 # What each builder parameter ranges over, by name.
 _DOMAINS: dict[str, tuple[Any, ...]] = {
-    "depth": (1, 2, 3),
+    "depth": (1, 2, 3, 4),
     "for_update": (False, True),
     "cursor": (False, True),
     "offset": (False, True),
