@@ -160,6 +160,7 @@ class SameSql:
         self.scope = scope
         # Compiled once, outside any timing.
         self._append = compile_statement(_append_statement(depth_class(scope)))
+        self._append_one = compile_statement(_append_statement(depth_class(scope), single=True))
         self._insert = compile_statement(_insert_statement(False))
         self._resolve_insert = compile_statement(_resolve_insert_statement())
         self._resolve_select = compile_statement(_default_statement())
@@ -186,13 +187,19 @@ class SameSql:
             "m_metadata": ["{}"] * k,
             "m_payloads": [None] * k,
         }
+        if k == 1:  # cortex binds one message's fields as scalars
+            one: dict[str, Any] = {"m_id": new_uuid(), "m_role": "user", "m_content": text}
+            one |= {"m_author": "", "m_metadata": "{}"}
+            one |= dict.fromkeys(
+                ("m_requested", "m_response", "m_more_requested", "m_more_responses", "m_payload")
+            )
+            return bind(self._append_one[1], {**values, **one})
         return bind(self._append[1], values)
 
     async def append(self, session_id: uuid.UUID, k: int, text: str) -> None:
         """The one-statement append cortex sends, ``k`` messages, of ``k`` messages, in its transaction."""
-        await self.floor.run(
-            self.scope.tenant, self._append[0], self.append_args(session_id, k, text)
-        )
+        sql = (self._append_one if k == 1 else self._append)[0]
+        await self.floor.run(self.scope.tenant, sql, self.append_args(session_id, k, text))
 
     async def create(self, agent: str) -> None:
         """The INSERT cortex sends for a session with a generated id, in its transaction."""

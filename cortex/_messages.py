@@ -365,7 +365,9 @@ def routed_append(depth: int, with_data: bool = False, expected: bool = False) -
 
 
 @cache
-def _append_statement(depth: int, with_data: bool = False, expected: bool = False) -> sa.Insert:
+def _append_statement(
+    depth: int, with_data: bool = False, expected: bool = False, single: bool = False
+) -> sa.Insert:
     """One statement: raise the counter under the row lock, then insert the rows.
 
     The UPDATE runs first (a data-modifying CTE) and takes the session's row
@@ -387,9 +389,16 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
     UPDATE matches only while ``message_count`` equals ``expected_count``
     (an optimistic check made under the row lock, so of two writers that
     read the same count exactly one appends).
+
+    ``single``: one message, its fields bound as scalars (:func:`_one_params`)
+    rather than as ten one-element arrays to unnest: the most frequent
+    append, about 55 µs of CPU less on the two sides together
+    (docs/benchmarks.md).
     """
-    n = sa.bindparam("batch_size", type_=sa.Integer())
     touched = _bump_statement(depth, with_data, expected).cte("touched")
+    if single:
+        return _insert_appended(touched, _one_message_source(touched))
+    n = sa.bindparam("batch_size", type_=sa.Integer())
     rows = (
         sa.func.unnest(
             _array("m_ids", UUID(as_uuid=True)),
@@ -436,6 +445,34 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
         sa.cast(rows.c.payload, JSON()),
         touched.c.updated_at,
     ).select_from(touched.join(rows, sa.true()))
+    return _insert_appended(touched, source)
+
+
+def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
+    """The one message of a ``single`` append, numbered by the counter the UPDATE raised."""
+
+    def text(name: str) -> sa.BindParameter[str]:
+        return sa.bindparam(name, type_=sa.Text())
+
+    return sa.select(
+        touched.c.tenant_id,
+        sa.bindparam("m_id", type_=UUID(as_uuid=True)),
+        touched.c.id,
+        touched.c.message_count,
+        text("m_role"),
+        text("m_content"),
+        text("m_author"),
+        sa.cast(text("m_requested"), JSONB()),
+        sa.cast(text("m_response"), JSONB()),
+        sa.cast(text("m_more_requested"), JSONB()),
+        sa.cast(text("m_more_responses"), JSONB()),
+        sa.cast(text("m_metadata"), JSON()),
+        sa.cast(text("m_payload"), JSON()),
+        touched.c.updated_at,
+    ).select_from(touched)
+
+
+def _insert_appended(touched: sa.CTE, source: sa.Select[Any]) -> sa.Insert:
     return (
         sa.insert(messages)
         .from_select(
@@ -460,6 +497,27 @@ def _append_statement(depth: int, with_data: bool = False, expected: bool = Fals
         .returning(messages.c.id, messages.c.seq, messages.c.created_at)
         .add_cte(touched)
     )
+
+
+def _one_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
+    """The bind values of a ``single`` append (:func:`_append_statement`): a batch of one."""
+    (m,) = batch.messages
+    return {
+        **scope_params(scope),
+        "target_id": session_id,
+        "batch_size": 1,
+        "preview": m.preview(),
+        "m_id": batch.ids[0],
+        "m_role": m.role,
+        "m_content": m.content,
+        "m_author": m.author,
+        "m_requested": batch.requested[0],
+        "m_response": batch.responses[0],
+        "m_more_requested": batch.more_requested[0],
+        "m_more_responses": batch.more_responses[0],
+        "m_metadata": batch.metadata[0],
+        "m_payload": batch.payloads[0],
+    }
 
 
 def _append_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
@@ -662,10 +720,12 @@ async def append_messages(
         if distributed:
             rows = await _append_routed(conn, scope, session_id, batch, extra)
         else:
+            single = len(batch.messages) == 1
             stmt = _append_statement(
-                depth_class(scope), data_delta is not None, expected_count is not None
+                depth_class(scope), data_delta is not None, expected_count is not None, single
             )
-            params = {**_append_params(scope, session_id, batch), **extra}
+            values = (_one_params if single else _append_params)(scope, session_id, batch)
+            params = {**values, **extra}
             rows = (await conn.execute(stmt, params)).all()
     except asyncpg.CheckViolationError as exc:
         raise data_too_large(exc) from exc

@@ -119,8 +119,8 @@ def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
         out.append(_sessions._select_statement(depth, False))
         out.append(_messages._history_statement(depth))
         if not distributed:
-            for with_data, expected in itertools.product((False, True), repeat=2):
-                out.append(_messages._append_statement(depth, with_data, expected))
+            for with_data, expected, single in itertools.product((False, True), repeat=3):
+                out.append(_messages._append_statement(depth, with_data, expected, single))
         for newest_first, since in ((False, False), (False, True), (True, False)):
             out.append(_messages._page_statement(depth, newest_first=newest_first, since=since))
     for shape in _listing_shapes(distributed):

@@ -254,3 +254,36 @@ async def test_routines_run_generic_plans_from_the_first_call(
                 assert repr(tenant) not in plan, plan
     finally:
         await owner_conn.execute("RESET ROLE")
+
+
+@pytest.mark.skipif(CITUS_URL is not None, reason="Citus appends through two router statements")
+async def test_a_one_message_append_binds_scalars_a_batch_arrays(
+    store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The most frequent append sends no array to unnest (docs/benchmarks.md: about 55 µs less CPU)."""
+    from cortex import _executor
+
+    sent: list[list[Any]] = []
+    routine = _executor.Tx._routine
+
+    async def spy(self: _executor.Tx, key: str, args: list[Any]) -> Any:
+        sent.append(list(args))
+        return await routine(self, key, args)
+
+    monkeypatch.setattr(_executor.Tx, "_routine", spy)
+    with use_scope(f"{tenant}/team/user"):
+        s = await store.create_session("bot")
+        sent.clear()
+        one = await store.append_message(s.id, NewMessage("user", "one", metadata={"a": 1}))
+        (one_args,) = sent
+        two = await store.append_messages(s.id, [NewMessage("user", "b"), NewMessage("user", "c")])
+        (_, two_args) = sent
+        listed = await store.list_messages(s.id)
+    assert not any(isinstance(a, list) for a in one_args)
+    assert any(isinstance(a, list) for a in two_args)
+    assert [m.seq for m in [one, *two]] == [1, 2, 3]
+    assert [(m.seq, m.content, m.metadata) for m in listed] == [
+        (1, "one", {"a": 1}),
+        (2, "b", {}),
+        (3, "c", {}),
+    ]

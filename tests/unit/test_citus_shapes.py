@@ -73,6 +73,7 @@ _DOMAINS: dict[str, tuple[Any, ...]] = {
     "newest_first": (False, True),
     "since": (False, True),
     "with_data": (False, True),
+    "single": (False, True),
     "expected": (False, True),
     "distributed": (False, True),
     "shape": tuple(_SHAPES),
