@@ -187,11 +187,18 @@ class SameSql:
             "m_metadata": ["{}"] * k,
             "m_payloads": [None] * k,
         }
-        if k == 1:  # cortex binds one message's fields as scalars
-            one: dict[str, Any] = {"m_id": new_uuid(), "m_role": "user", "m_content": text}
-            one |= {"m_author": "", "m_metadata": "{}"}
+        if k == 1:  # cortex binds one message's fields as scalars (cortex._messages._row_values)
+            one: dict[str, Any] = {"m_id_0": new_uuid(), "m_role_0": "user", "m_content_0": text}
+            one |= {"m_author_0": "", "m_metadata_0": "{}"}
             one |= dict.fromkeys(
-                ("m_requested", "m_response", "m_more_requested", "m_more_responses", "m_payload")
+                f"{name}_0"
+                for name in (
+                    "m_requested",
+                    "m_response",
+                    "m_more_requested",
+                    "m_more_responses",
+                    "m_payload",
+                )
             )
             return bind(self._append_one[1], {**values, **one})
         return bind(self._append[1], values)

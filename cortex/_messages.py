@@ -449,14 +449,18 @@ def _append_statement(
 
 
 def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
-    """The one message of a ``single`` append, numbered by the counter the UPDATE raised."""
+    """The one message of a ``single`` append, numbered by the counter the UPDATE raised.
+
+    Its bind names are those of row 0 of :func:`_insert_rows_statement`, so
+    :func:`_row_values` gives the values for both.
+    """
 
     def text(name: str) -> sa.BindParameter[str]:
-        return sa.bindparam(name, type_=sa.Text())
+        return sa.bindparam(f"{name}_0", type_=sa.Text())
 
     return sa.select(
         touched.c.tenant_id,
-        sa.bindparam("m_id", type_=UUID(as_uuid=True)),
+        sa.bindparam("m_id_0", type_=UUID(as_uuid=True)),
         touched.c.id,
         touched.c.message_count,
         text("m_role"),
@@ -501,22 +505,11 @@ def _insert_appended(touched: sa.CTE, source: sa.Select[Any]) -> sa.Insert:
 
 def _one_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
     """The bind values of a ``single`` append (:func:`_append_statement`): a batch of one."""
-    (m,) = batch.messages
     return {
         **scope_params(scope),
-        "target_id": session_id,
         "batch_size": 1,
-        "preview": m.preview(),
-        "m_id": batch.ids[0],
-        "m_role": m.role,
-        "m_content": m.content,
-        "m_author": m.author,
-        "m_requested": batch.requested[0],
-        "m_response": batch.responses[0],
-        "m_more_requested": batch.more_requested[0],
-        "m_more_responses": batch.more_responses[0],
-        "m_metadata": batch.metadata[0],
-        "m_payload": batch.payloads[0],
+        "preview": batch.messages[0].preview(),
+        **_row_values(scope, session_id, batch, range(1)),
     }
 
 
