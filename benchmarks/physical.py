@@ -152,8 +152,11 @@ class Line:
     ``floor``/``ratio`` are the physical floor and cortex's speed relative to it
     (throughput, or floor p50 / cortex p50 for latencies), the fields every
     scenario's chart reads. ``ratios`` holds cortex's speed relative to every
-    other side (above 1: cortex is faster); ``absent`` says why a side has no
-    figure.
+    other side (above 1: cortex is faster); ``ceilings`` the physical floor's
+    own speed relative to every side but cortex: the most ``cortex ÷ side``
+    any implementation could show that is no faster than the floor (a target
+    above it cannot be met on this machine). ``absent`` says why a side has
+    no figure.
     """
 
     group: str
@@ -164,6 +167,7 @@ class Line:
     ratio: float
     sides: dict[str, dict[str, float]] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
+    ceilings: dict[str, float] = field(default_factory=dict)
     absent: dict[str, str] = field(default_factory=dict)
     note: str = ""
 
@@ -219,6 +223,11 @@ async def _measure(
         _speed(kind, c, summaries[PHYSICAL]),
         sides=summaries,
         ratios={side: _speed(kind, c, s) for side, s in summaries.items() if side not in (CORTEX,)},
+        ceilings={
+            side: _speed(kind, summaries[PHYSICAL], s)
+            for side, s in summaries.items()
+            if side not in (CORTEX, PHYSICAL)
+        },
         absent=dict(absent or {}),
     )
     if kind == "latency":
@@ -660,6 +669,7 @@ def print_tables(lines: list[Line], console: Console | None = None) -> None:
             table.add_column("ops/s", justify="right")
             table.add_column("p95 ms", justify="right")
         table.add_column("cortex ÷ side", justify="right")
+        table.add_column("physical ÷ side", justify="right")
         for line in rows:
             for k, side in enumerate(SIDES):
                 name = line.name if k == 0 else ""
@@ -669,7 +679,7 @@ def print_tables(lines: list[Line], console: Console | None = None) -> None:
                 if s is None:
                     empty = [""] * (3 if latency else 2)
                     table.add_row(
-                        name, _LABELS[side], *empty, f"[dim]{line.absent.get(side, '-')}[/dim]"
+                        name, _LABELS[side], *empty, f"[dim]{line.absent.get(side, '-')}[/dim]", ""
                     )
                     continue
                 ratio = "" if side == CORTEX else _fmt(line.ratios.get(side))
@@ -683,12 +693,21 @@ def print_tables(lines: list[Line], console: Console | None = None) -> None:
                 else:
                     figures = [f"{s['ops_per_s']:,.0f}", f"{s['p95_ms']:.2f}"]
                 style = "bold" if side == CORTEX else None
+                ceiling = _fmt(line.ceilings.get(side))
                 table.add_row(
-                    name, _LABELS[side], *figures, ratio, style=style, end_section=side == SIDES[-1]
+                    name,
+                    _LABELS[side],
+                    *figures,
+                    ratio,
+                    ceiling,
+                    style=style,
+                    end_section=side == SIDES[-1],
                 )
         console.print(table)
     console.print(
         "cortex ÷ side: cortex's throughput over that side's (listing: that side's p50"
         " latency over cortex's); above 1, cortex is faster. p50 cortex/side: cortex's"
-        " latency in multiples of that side's."
+        " latency in multiples of that side's. physical ÷ side: the same for the physical"
+        " floor, the most cortex ÷ side could be for any code no faster than the floor"
+        " (a target above it cannot be met on this machine)."
     )

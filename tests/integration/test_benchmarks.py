@@ -69,6 +69,14 @@ def test_physical_reports_every_side_beside_the_physical_floor(
             assert side["ops"] > 0
         assert set(line["ratios"]) >= {"physical", "same_sql"}
         assert line["ratio"] == line["ratios"]["physical"]
+        # The floor's own multiple of every other side: the ceiling of cortex's.
+        assert set(line["ceilings"]) == set(line["sides"]) - {"cortex", "physical"}
+        for side, ceiling in line["ceilings"].items():
+            floor, other = line["sides"]["physical"], line["sides"][side]
+            if line["kind"] == "latency":
+                assert ceiling == pytest.approx(other["p50_ms"] / floor["p50_ms"])
+            else:
+                assert ceiling == pytest.approx(floor["ops_per_s"] / other["ops_per_s"])
         if line["group"] == "append":
             assert {"adk", "agents"} <= set(line["sides"])
         elif line["group"] == "listing":
