@@ -7,9 +7,11 @@ the ``peers`` extra), ``physical`` (every operation beside the physical floor,
 today's same-SQL floor, ADK and the Agents SDK, in one interleaved run; needs
 the ``peers`` extra), or ``all``; and, not part of ``all``: ``migration``
 (the migration chain on a legacy database of ``--n`` messages with the old
-release writing throughout) and ``memory`` (peak client RSS while
+release writing throughout), ``memory`` (peak client RSS while
 ``iter_sessions`` walks ``--n`` sessions, default 1,000,000, and
-``list_messages`` pages through a session of a tenth as many messages). The database server
+``list_messages`` pages through a session of a tenth as many messages) and
+``cpu`` (client and server CPU per call: the physical floor, cortex's routine
+through raw asyncpg, and the store). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -36,7 +38,7 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory")
+SEPARATE = ("migration", "memory", "cpu")
 
 
 @contextmanager
@@ -74,6 +76,12 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
             list_sessions=200 if quick else 1000,
             repeats=40 if quick else 200,
             existing=20 if quick else 50,
+        )
+    if scenario == "cpu":
+        from benchmarks import cpu
+
+        return cpu.Params(
+            n=args.n or (200 if quick else 2000), list_sessions=200 if quick else 1000
         )
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
@@ -122,7 +130,29 @@ async def _run_memory(server: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def _run_cpu(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks import cpu
+
+    facts = await server_facts(server)
+    params = _params("cpu", args)
+    print(f"\n== cpu ({params}) on PostgreSQL {facts['postgres_version']}")
+    started = time.perf_counter()
+    async with bench_database(server, keep=args.keep) as db:
+        lines, ok = await cpu.run(db, params)
+    return {
+        "scenario": "cpu",
+        "params": params.__dict__,
+        **facts,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "results": [line.as_dict() for line in lines],
+        "invariants_ok": ok,
+    }
+
+
 async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
+    if scenario == "cpu":
+        return await _run_cpu(server, args)
     if scenario == "migration":
         return await _run_migration(server, args)
     if scenario == "memory":
@@ -190,7 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps(reports if len(reports) > 1 else reports[0], indent=2, default=str)
         )
         print(f"\nwrote {args.json}")
-    if args.json and args.scenario not in SEPARATE:  # their reports are tables
+    if args.json and args.scenario == "cpu":
+        from benchmarks import cpu
+
+        cpu.draw(reports[0], args.json.with_suffix(".png"))
+        print(f"wrote {args.json.with_suffix('.png')}")
+    elif args.json and args.scenario not in SEPARATE:  # their reports are tables
         try:
             from benchmarks.chart import draw
         except ImportError:

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from cortex import ListFilter
 from cortex._db import begin_sql
 from cortex._engine import driver_dsn
+from cortex._executor import routine_key
 from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
 from cortex._messages import _append_statement
 from cortex._sessions import (
@@ -164,6 +165,11 @@ class SameSql:
         self._insert = compile_statement(_insert_statement(False))
         self._resolve_insert = compile_statement(_resolve_insert_statement())
         self._resolve_select = compile_statement(_default_statement())
+
+    @property
+    def append_one_key(self) -> str:
+        """The routine key of the one-message append (cortex._routines): which routine runs it."""
+        return routine_key(self._append_one[0])
 
     def append_args(self, session_id: uuid.UUID, k: int, text: str) -> list[Any]:
         """The parameters cortex binds for an append of ``k`` messages, built by hand."""

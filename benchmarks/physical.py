@@ -530,7 +530,7 @@ async def _resolves(
 
 
 async def _seed_listings(
-    p: Params, db: BenchDatabase, phys: asyncpg.Pool, peers: _Peers | None
+    p: Params, db: BenchDatabase, phys: asyncpg.Pool | asyncpg.Connection, peers: _Peers | None
 ) -> None:
     """LIST_USERS users' sessions, interleaved in time, on every side; statistics fresh.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -109,3 +110,28 @@ def test_memory_walks_every_session_and_message_in_a_child_process(
         assert walk["rss_samples_mib"]
         assert {"seconds", "growth_mib", "target_mib", "under_target"} <= set(walk)
     assert not out.with_suffix(".png").exists()  # a table, no chart
+
+
+def test_cpu_splits_each_call_into_client_and_server_time(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    assert main(["cpu", "--quick", "--n", "40", "--dsn", server_url, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "cpu"
+    assert report["invariants_ok"] is True
+    names = [line["name"] for line in report["results"]]
+    assert names == ["append one message", "list a user's newest 20", "list a user's newest 100"]
+    # A server on this machine (the tests' is) has its backends' CPU read from /proc.
+    local = (urlsplit(server_url).hostname or "localhost") in ("127.0.0.1", "localhost", "::1")
+    for line in report["results"]:
+        assert set(line["sides"]) == {"physical", "routine", "cortex"}
+        for side in line["sides"].values():
+            assert side["calls"] == 40
+            assert side["wall_us"] > 0
+            assert side["client_cpu_us"] > 0
+            assert ("server_cpu_us" in side) == local
+            if local:
+                assert side["server_cpu_us"] > 0
+                assert side["cpu_us"] == pytest.approx(
+                    side["client_cpu_us"] + side["server_cpu_us"]
+                )
+    assert out.with_suffix(".png").stat().st_size > 10_000
