@@ -29,7 +29,7 @@ demo: $(DEMO_STAMP)
 
 ## Run the whole test suite against a real PostgreSQL.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## The reliability tests with large budgets; prints the figures (reliability-figures.json).
 reliability: $(STAMP)

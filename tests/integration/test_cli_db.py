@@ -130,3 +130,20 @@ def test_sessions_commands(
     assert detail["abort_reason"] == "withdrawn"
     assert main([*url, "sessions", "list", "--scope", "bad scope"]) == 2
     assert main([*url, "sessions", "list", "--scope", tenant, "--limit", "5000"]) == 2
+
+
+def test_upgrade_says_when_whole_tenant_search_will_scan(
+    server_url: str, blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.migrations.legacy import plain_owner_database
+
+    # A superuser owner: the search function runs inside the indexes, nothing to say.
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
+    assert "note" not in capsys.readouterr().err
+    # The README's plain owner: correct, but the user should know it scans.
+    with plain_owner_database(server_url) as (owner_url, _):
+        assert main(["--database-url", owner_url, "db", "upgrade"]) == 0
+        captured = capsys.readouterr()
+        assert SCHEMA_REVISION in captured.out
+        assert "a whole-tenant search stays correct but scans" in captured.err
+        assert "cortex_owner_" in captured.err

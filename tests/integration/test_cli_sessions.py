@@ -192,6 +192,12 @@ def test_grant_as_the_wrong_role_fails_loudly(
         assert "as the owner" in err
         assert "SQLSTATE" not in err
         assert "granted" not in out
+    # The application role granting itself what it holds already grants
+    # nothing either: refused all the same, not reported as done.
+    assert main(["--database-url", as_stranger, "db", "grant", stranger]) == EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert "as the owner" in err
+    assert "granted" not in out
 
 
 def test_downgrade_to_an_unknown_revision_is_bad_usage(

@@ -45,7 +45,18 @@ def test_install_line_names_the_real_distribution() -> None:
     import tomllib
 
     name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
-    assert f"pip install '{name}[embedded]'" in block("install")
+    # Not published yet: the command to run installs from the checkout, and
+    # the published form names the real distribution.
+    assert "pip install '.[embedded]'" in block("install")
+    assert f"# once it is published: pip install '{name}[embedded]'" in block("install")
+
+
+def test_the_routine_counts_are_this_release_s() -> None:
+    from cortex._routines import wanted_count
+
+    plain, citus = wanted_count(False), wanted_count(True)
+    assert f"routines: {citus} of this cortex's {citus} hot statements" in README
+    assert f"{plain} shapes, {citus} on Citus" in README
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +174,7 @@ def test_newcomer_path(newcomer: dict[str, str], tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "paused" in done.stdout
+    assert '"total": 1' in done.stdout  # the search finds the paused session
     assert "Approve a $140 refund?" in done.stdout
     assert "resumed" in done.stdout
     transcript = json.loads((tmp_path / "transcript.json").read_text())

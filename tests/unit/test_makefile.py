@@ -30,3 +30,17 @@ def test_demo_installs_the_embedded_extra_only(tmp_path: Path) -> None:
 def test_test_installs_the_dev_extra(tmp_path: Path) -> None:
     plan = _plan("test", tmp_path / "venv")
     assert '-e ".[dev]"' in plan
+
+
+def test_test_passes_pytest_args_through(tmp_path: Path) -> None:
+    # README: make test PYTEST_ARGS='-m "not slow"' leaves the slow tests out.
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    done = subprocess.run(
+        ["make", "-n", "test", f"VENV={tmp_path / 'venv'}", "PYTEST_ARGS=-m 'not slow'"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "python -m pytest -m 'not slow'" in done.stdout
