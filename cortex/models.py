@@ -394,16 +394,40 @@ def from_database(
     """
     obj = _new(cls)
     # In field order, as model_construct leaves them (serialisation follows it).
-    ordered = values if in_field_order else {name: values[name] for name in cls.__pydantic_fields__}
-    _set(obj, "__dict__", ordered)
-    _set(obj, "__pydantic_fields_set__", set(_field_names(cls)))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", private)
+    _set_dict(obj, values if in_field_order else {n: values[n] for n in cls.__pydantic_fields__})
+    _set_fields_set(obj, set(_field_names(cls)))
+    _set_extra(obj, None)
+    _set_private(obj, private)
     return obj
 
 
 _new: Final = object.__new__
 _set: Final = object.__setattr__
+
+
+def _slot_setter(name: str) -> Callable[[Any, Any], None]:
+    """Set BaseModel's slot ``name`` on an instance straight through its descriptor.
+
+    ``object.__setattr__`` looks the name up along the class's MRO first:
+    for the four slots of a listing row that was over half of building its
+    model (2.2 against 0.9 µs a row). Should pydantic stop declaring the
+    slot, the lookup is done as before.
+    """
+    slot = BaseModel.__dict__.get(name)
+    setter = getattr(slot, "__set__", None)
+    if setter is None:
+        return partial(_set_named, name)
+    return cast(Callable[[Any, Any], None], setter)
+
+
+def _set_named(name: str, obj: Any, value: Any) -> None:
+    _set(obj, name, value)
+
+
+_set_dict: Final = _slot_setter("__dict__")
+_set_fields_set: Final = _slot_setter("__pydantic_fields_set__")
+_set_extra: Final = _slot_setter("__pydantic_extra__")
+_set_private: Final = _slot_setter("__pydantic_private__")
 
 
 @functools.cache
