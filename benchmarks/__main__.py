@@ -130,29 +130,7 @@ async def _run_memory(server: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _run_cpu(server: str, args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks import cpu
-
-    facts = await server_facts(server)
-    params = _params("cpu", args)
-    print(f"\n== cpu ({params}) on PostgreSQL {facts['postgres_version']}")
-    started = time.perf_counter()
-    async with bench_database(server, keep=args.keep) as db:
-        lines, ok = await cpu.run(db, params)
-    return {
-        "scenario": "cpu",
-        "params": params.__dict__,
-        **facts,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "results": [line.as_dict() for line in lines],
-        "invariants_ok": ok,
-    }
-
-
 async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
-    if scenario == "cpu":
-        return await _run_cpu(server, args)
     if scenario == "migration":
         return await _run_migration(server, args)
     if scenario == "memory":
@@ -171,6 +149,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import physical
 
             modules["physical"] = physical
+        if scenario == "cpu":
+            from benchmarks import cpu
+
+            modules["cpu"] = cpu
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
