@@ -304,6 +304,11 @@ async def checkout(engine: AsyncEngine) -> Checkout:
         if taken is not None:
             return await _checked(engine, pool, taken)
     task = asyncio.ensure_future(_open(engine))
+    # Held until it ends: asyncio keeps only a weak reference to a task, and
+    # once its caller has left, a checkout collected mid-connect would close
+    # its half-open socket from a finalizer.
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
     try:
         return await asyncio.shield(task)
     except CancelledError:

@@ -467,3 +467,44 @@ async def test_cancel_while_a_dropped_slot_reconnects(
             loop.set_exception_handler(previous)
         assert reported == [], [str(r.get("message")) + repr(r.get("exception")) for r in reported]
     assert unawaited.items == [], unawaited.items
+
+
+# --------------------------------------------------------------------------------------
+# A checkout a cancelled caller left opening stays referenced until it ends:
+# asyncio keeps only weak references to tasks, and a task collected mid-connect
+# closes its half-open socket from a finalizer (asyncpg then reports a lost
+# connection on a future nobody awaits).
+# --------------------------------------------------------------------------------------
+
+
+async def test_an_abandoned_checkout_is_held_until_it_ends(
+    database: Database, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening = asyncio.Event()
+    real_open = _db._open
+
+    async def slow_open(engine: Any) -> Any:
+        opening.set()
+        await asyncio.sleep(0.1)
+        return await real_open(engine)
+
+    monkeypatch.setattr(_db, "_open", slow_open)
+    async with cortex.connect(store_url(database), pool_size=1, max_overflow=0) as store:
+        await store.engine.dispose()  # no idle connection: the next call opens one
+        with use_scope(tenant):
+            call = asyncio.ensure_future(store.list_sessions())
+            await opening.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        assert [t for t in _db._BACKGROUND if not t.done()], "the open is not held"
+        gc.collect()
+        for _ in range(40):
+            if not _db._BACKGROUND:
+                break
+            await asyncio.sleep(0.05)
+        assert not _db._BACKGROUND
+        # The abandoned connection went back into the pool, and works.
+        assert _pool(store).checkedin() == 1
+        with use_scope(tenant):
+            assert await store.list_sessions() == []
