@@ -17,7 +17,7 @@ import gc
 import random
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
@@ -26,6 +26,41 @@ import pytest
 import cortex
 from cortex import NewMessage, _db, use_scope
 from tests.conftest import Database, asyncpg_dsn, store_url
+from tests.figures import record
+
+
+@contextlib.asynccontextmanager
+async def _loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
+    """Every context the event loop's exception handler receives inside the block.
+
+    Collected (after a garbage collection) instead of reaching the test
+    runner's handler, so the test can tell them apart.
+    """
+    loop = asyncio.get_running_loop()
+    before = loop.get_exception_handler()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        yield seen
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(before)
+
+
+def _orphaned_tls_probe(context: dict[str, Any]) -> bool:
+    """asyncpg's SSL probe future, failed by a connection lost before the server answered.
+
+    Seen in CI, twice, at the storm below; its origin is not found (SSL is
+    negotiated before the startup packet, so the storm's kills by user name
+    cannot reach it). The future is asyncpg's own: nothing of cortex awaited it.
+    """
+    exc = context.get("exception")
+    return (
+        context.get("message") == "Future exception was never retrieved"
+        and isinstance(exc, ConnectionError)
+        and str(exc) == "unexpected connection_lost() call"
+    )
 
 
 class _Caught:
@@ -268,6 +303,14 @@ async def test_cancel_and_kill_storm_leaves_a_clean_pool(
     owner_conn: asyncpg.Connection,
     tenant: str,
 ) -> None:
+    async with _loop_errors() as errors:
+        await _storm(database, owner_conn, tenant)
+    orphans = [c for c in errors if _orphaned_tls_probe(c)]
+    record("faults: asyncpg SSL probes orphaned by a lost connection", len(orphans))
+    assert [c for c in errors if not _orphaned_tls_probe(c)] == []
+
+
+async def _storm(database: Database, owner_conn: asyncpg.Connection, tenant: str) -> None:
     for overflow in (0, 2):
         with _catching() as unawaited:
             rng = random.Random(19 + overflow)
