@@ -89,10 +89,13 @@ class Backend:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self.local = True  # False: the server is elsewhere, the pid means nothing here
         self._ticks = os.sysconf("SC_CLK_TCK")
 
     def seconds(self) -> float | None:
         """The process's CPU time so far, in seconds; None if the server is not on this machine."""
+        if not self.local:
+            return None
         try:
             # The first field: nanoseconds on a CPU (the scheduler's own count).
             return int(Path(f"/proc/{self.pid}/schedstat").read_text().split()[0]) / 1e9
@@ -209,7 +212,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
             if not local:
                 print("  (the server is not on this machine: client CPU only)")
                 for backend in backends.values():
-                    backend.pid = -1  # every read then gives None
+                    backend.local = False
             lines.append(await _appends(p, store, same, pc, rc, backends))
             await _seed_listings(
                 PhysicalParams(list_sessions=p.list_sessions, peers=False), db, pc, None
