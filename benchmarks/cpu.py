@@ -16,8 +16,9 @@ Per call: wall time, client CPU (this process, ``time.process_time``), and
 server CPU, the backend's time on a CPU from ``/proc/<pid>/schedstat`` (else
 its ``utime + stime`` from ``/proc/<pid>/stat``), read only where the server
 runs on this machine; elsewhere that column is absent. Operations: append one
-200-byte message to a session of one's own, and list a user's newest 20 and
-100 sessions. Blocks rotate each round (:func:`benchmarks._common.rotate`).
+200-byte message to a session of one's own (holding no state, then 600 KB of
+it: an append must not read a document it leaves alone), and list a user's
+newest 20 and 100 sessions. Blocks rotate each round (:func:`benchmarks._common.rotate`).
 Nothing passes or fails on a time; the exit code is 1 only if an append's
 counter and its rows disagree at the end.
 """
@@ -25,6 +26,7 @@ counter and its rows disagree at the end.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -214,6 +216,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
                 for backend in backends.values():
                     backend.local = False
             lines.append(await _appends(p, store, same, pc, rc, backends))
+            lines.append(await _appends(p, store, same, pc, rc, backends, state=_big_state()))
             await _seed_listings(
                 PhysicalParams(list_sessions=p.list_sessions, peers=False), db, pc, None
             )
@@ -237,15 +240,22 @@ async def _appends(
     pc: asyncpg.Connection,
     rc: asyncpg.Connection,
     backends: dict[str, Backend],
+    *,
+    state: dict[str, str] | None = None,
 ) -> Line:
+    """One-message appends; with ``state``, cortex's sessions hold that state document.
+
+    The floor's session holds none: its append never reads one, which is
+    what cortex's should match whatever the session holds.
+    """
     phys_id = await pc.fetchval(
         "INSERT INTO sessions (id, user_id, agent_id) VALUES (gen_random_uuid(), 'user', $1)"
         " RETURNING id",
         AGENT,
     )
     with use_scope(SCOPE):
-        mine = (await store.create_session(AGENT)).id
-        theirs = (await store.create_session(AGENT)).id
+        mine = (await store.create_session(AGENT, data=state)).id
+        theirs = (await store.create_session(AGENT, data=state)).id
     routine_call = store._routines[same.append_one_key]  # the call cortex sends
     target = parse_id("ses", theirs)
     message = NewMessage("user", TEXT)
@@ -261,7 +271,16 @@ async def _appends(
             return await store.append_message(mine, message)
 
     calls: dict[str, Call] = {PHYSICAL: physical, ROUTINE: routine, CORTEX: through_cortex}
-    return await _measure("append one message", calls, backends, p)
+    name = "append one message"
+    if state is not None:
+        size = sum(len(key) + len(value) for key, value in state.items())
+        name += f", {size // 1000} KB of session state"
+    return await _measure(name, calls, backends, p)
+
+
+def _big_state() -> dict[str, str]:
+    """About 600 KB of state that TOAST cannot compress much: stored out of line."""
+    return {f"k{i}": secrets.token_hex(15_000) for i in range(20)}
 
 
 async def _listing(

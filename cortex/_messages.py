@@ -27,7 +27,7 @@ from cortex._sessions import (
     row_to_session,
     select_session,
 )
-from cortex._tables import messages, pending_inputs, sessions
+from cortex._tables import bounded_data, messages, pending_inputs, sessions
 from cortex._validate import decode_json, encode_json
 from cortex.errors import Conflict, InvalidInput, NotFound
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
@@ -230,8 +230,10 @@ def _bump_statement(depth: int, with_data: bool = False, expected: bool = False)
         "updated_at": sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
     }
     if with_data:
-        values["data"] = sa.func.coalesce(sessions.c.data, sa.text("'{}'::jsonb")).op("||")(
-            sa.cast(sa.bindparam("data_delta", type_=sa.Text()), JSONB())
+        values["data"] = bounded_data(
+            sa.func.coalesce(sessions.c.data, sa.text("'{}'::jsonb")).op("||")(
+                sa.cast(sa.bindparam("data_delta", type_=sa.Text()), JSONB())
+            )
         )
     where = [visible(depth), sessions.c.id == sa.bindparam("target_id", type_=UUID(as_uuid=True))]
     if expected:

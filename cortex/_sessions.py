@@ -33,7 +33,7 @@ from cortex._filters import (
     tenant_search_statement,
     visible,
 )
-from cortex._tables import scope_data, session_markers, sessions
+from cortex._tables import bounded_data, scope_data, session_markers, sessions
 from cortex._validate import decode_json
 from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
@@ -224,7 +224,7 @@ def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.I
         "metadata_json": verbatim_json_param("new_metadata"),
         "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
         "session_key": sa.bindparam("new_key", type_=sa.Text()),
-        "data": sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB()),
+        "data": bounded_data(sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())),
         **_scope_values(),
     }
     if not caller_chosen_id:

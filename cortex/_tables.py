@@ -11,13 +11,14 @@ and co-located without a rewrite.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSON, JSONB, UUID
 
 __all__ = [
     "TENANT_SETTING",
+    "bounded_data",
     "messages",
     "metadata",
     "pending_inputs",
@@ -129,9 +130,25 @@ sessions = sa.Table(
     sa.CheckConstraint("message_count >= 0", name="message_count"),
     # The tenant is the scope's first segment, always; RLS and the keys rely on it.
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
-    # cortex.models.MAX_DATA_BYTES, measured as stored.
-    sa.CheckConstraint("octet_length(data::text) <= 1048576", name="data_size"),
+    # A backstop for writers that bypass cortex: the stored size, which a
+    # TOAST pointer gives without fetching the value. The exact limit
+    # (cortex.models.MAX_DATA_BYTES of text) is checked where cortex writes
+    # the document (bounded_data), not on every update of the row
+    # (revision 20261202000017).
+    sa.CheckConstraint("pg_column_size(data) <= 8388608", name="data_stored_size"),
 )
+
+
+def bounded_data(document: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """``document`` (jsonb) as written into ``sessions.data``, refused past the size limit.
+
+    ``cortex_bounded_data`` (revision 20261202000017) raises check_violation
+    naming ``ck_sessions_data_size`` when the document's text is longer than
+    cortex.models.MAX_DATA_BYTES; every statement that writes the column
+    calls it, so the limit costs nothing when the document does not change.
+    """
+    return sa.func.cortex_bounded_data(document, type_=JSONB())
+
 
 # Listing indexes. Every listing orders by (updated_at DESC, id DESC) and each
 # index ends with those columns in that direction, so a page is an ordered
