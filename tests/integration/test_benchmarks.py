@@ -46,6 +46,11 @@ def test_every_scenario_runs_and_writes_json_and_chart(server_url: str, tmp_path
             assert set(result) >= {"name", "cortex", "floor", "ratio"}
             assert result["cortex"]["ops"] > 0
             assert result["floor"]["ops"] > 0
+            if report["scenario"] == "append":
+                for side in (result["cortex"], result["floor"]):
+                    tail = [side[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")]
+                    assert tail == sorted(tail)
+                    assert tail[0] > 0
     assert out.with_suffix(".png").stat().st_size > 10_000
 
 
