@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -171,3 +172,34 @@ def test_state_size_counts_the_stored_pair(key: str, value: Any) -> None:
         return  # not storable: encode_data refuses it before counting
     counted = len(_json_string(key).encode()) + len(_json_string(text).encode()) + 3
     assert counted == len(pair.encode())
+
+
+_DIGITS_AND_MORE = st.text(
+    alphabet=st.sampled_from("0123456789") | st.characters(codec="utf-8") | st.just("\ud800"),
+    max_size=80,
+)
+
+
+@settings(max_examples=1000)
+@given(_DIGITS_AND_MORE)
+def test_the_digit_run_scan_is_the_regular_expression(text: str) -> None:
+    from cortex._validate import has_long_digit_run
+
+    assert has_long_digit_run(text) == (re.search("[0-9]{19}", text) is not None)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("1" * 18, False),
+        ("1" * 19, True),
+        ("x" + "9" * 19 + "x", True),
+        ("1" * 18 + "ü" + "1" * 18, False),
+        ("\u0661" * 30, False),  # Arabic-Indic digits are not [0-9]
+        ("\ud800" + "0" * 19, True),
+    ],
+)
+def test_the_digit_run_scan_at_its_edges(text: str, found: bool) -> None:
+    from cortex._validate import has_long_digit_run
+
+    assert has_long_digit_run(text) is found
