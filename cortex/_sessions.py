@@ -34,7 +34,7 @@ from cortex._filters import (
     visible,
 )
 from cortex._tables import bounded_data, scope_data, session_markers, sessions
-from cortex._validate import decode_json
+from cortex._validate import decode_json, decode_json_of_strings
 from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
 from cortex.models import MAX_DATA_BYTES, ListFilter, Session, SessionState, from_database
@@ -178,7 +178,8 @@ def decode_data(text: str) -> dict[str, Any]:
     """A stored state document: each value is the JSON text of the host's value."""
     if text == "{}":
         return {}  # most sessions
-    return {key: decode_json(value) for key, value in decode_json(text).items()}
+    # Its values are JSON strings: only their own texts can hold a number.
+    return {key: decode_json(value) for key, value in decode_json_of_strings(text).items()}
 
 
 def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:

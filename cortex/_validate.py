@@ -204,6 +204,19 @@ def decode_json(text: str) -> Any:
     return json.loads(text)
 
 
+def decode_json_of_strings(text: str) -> Any:
+    """Decode stored JSON text whose only scalars are strings (a state document's outer object).
+
+    No number to keep exact, so no scan (:func:`has_long_digit_run`): orjson
+    decodes it as ``json.loads`` would, and ``json.loads`` decides only
+    what orjson refuses (a lone surrogate escape).
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 # 19 digits in a row may be an integer outside orjson's exact 64-bit range.
 _LONG: Final = 19
 # Every ASCII digit to b"1", every other byte to b"0": UTF-8 puts no byte
