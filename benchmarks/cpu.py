@@ -18,7 +18,9 @@ its ``utime + stime`` from ``/proc/<pid>/stat``), read only where the server
 runs on this machine; elsewhere that column is absent. Operations: append one
 200-byte message to a session of one's own (holding no state, then 600 KB of
 it: an append must not read a document it leaves alone), and list a user's
-newest 20 and 100 sessions. Blocks rotate each round (:func:`benchmarks._common.rotate`).
+newest 20 and 100 sessions, then 20 sessions holding 50 KB of state each
+(the floor's page stays the plain one; the routine's column shows the
+server's share of the documents, cortex's the decoding). Blocks rotate each round (:func:`benchmarks._common.rotate`).
 Nothing passes or fails on a time; the exit code is 1 only if an append's
 counter and its rows disagree at the end.
 """
@@ -56,6 +58,7 @@ from benchmarks.physical import Params as PhysicalParams
 from cortex import ListFilter, NewMessage, use_scope
 from cortex._executor import routine_key
 from cortex.ids import parse_id
+from cortex.scope import Scope
 
 PHYSICAL, ROUTINE, CORTEX = "physical", "routine", "cortex"
 SIDES: Final = (PHYSICAL, ROUTINE, CORTEX)
@@ -222,6 +225,9 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
             )
             for size in (20, 100):
                 lines.append(await _listing(p, size, store, pc, rc, backends))
+            lines.append(
+                await _listing(p, 20, store, pc, rc, backends, scope=await _stateful(store))
+            )
         broken = await check_invariants(db.owner_url) + await _physical_invariants(pc)
     finally:
         await pc.close()
@@ -290,9 +296,12 @@ async def _listing(
     pc: asyncpg.Connection,
     rc: asyncpg.Connection,
     backends: dict[str, Backend],
+    *,
+    scope: Scope = LIST_SCOPE,
 ) -> Line:
+    """A page of ``size`` through every side; ``scope``: cortex's sessions listed (the floor's stay)."""
     flt = ListFilter(limit=size)
-    sql, args = listing_sql(LIST_SCOPE, flt, distributed=store.distributed)
+    sql, args = listing_sql(scope, flt, distributed=store.distributed)
     routine_call = store._routines[routine_key(sql)]
 
     async def physical(i: int) -> Any:
@@ -302,11 +311,31 @@ async def _listing(
         return await rc.fetch(routine_call, *args)
 
     async def through_cortex(i: int) -> Any:
-        with use_scope(LIST_SCOPE):
+        with use_scope(scope):
             return await store.list_sessions(flt)
 
     calls: dict[str, Call] = {PHYSICAL: physical, ROUTINE: routine, CORTEX: through_cortex}
-    return await _measure(f"list a user's newest {size}", calls, backends, p)
+    name = f"list a user's newest {size}"
+    if scope is not LIST_SCOPE:
+        name += f", each session holding {_STATE_KB} KB of state"
+    return await _measure(name, calls, backends, p)
+
+
+_STATE_KB: Final = 50
+STATEFUL_SCOPE: Final = Scope.parse("listing/team/stateful")
+
+
+async def _stateful(store: cortex.Store) -> Scope:
+    """20 sessions each holding 50 KB of prose as state: what the page decodes.
+
+    The floor's page stays the plain one: its sessions hold no state, and the
+    routine's column beside cortex's shows what decoding the documents costs.
+    """
+    prose = ("the quick brown fox jumps over the lazy dog " * 1200)[: _STATE_KB * 1000]
+    with use_scope(STATEFUL_SCOPE):
+        for _ in range(20):
+            await store.create_session(AGENT, data={"notes": prose})
+    return STATEFUL_SCOPE
 
 
 def print_tables(lines: list[Line], console: Console | None = None) -> None:

@@ -129,6 +129,7 @@ def test_cpu_splits_each_call_into_client_and_server_time(server_url: str, tmp_p
         "append one message, 600 KB of session state",
         "list a user's newest 20",
         "list a user's newest 100",
+        "list a user's newest 20, each session holding 50 KB of state",
     ]
     # A server on this machine (the tests' is) has its backends' CPU read from /proc.
     local = (urlsplit(server_url).hostname or "localhost") in ("127.0.0.1", "localhost", "::1")
