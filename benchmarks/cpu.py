@@ -20,7 +20,8 @@ runs on this machine; elsewhere that column is absent. Operations: append one
 it: an append must not read a document it leaves alone), and list a user's
 newest 20 and 100 sessions, then 20 sessions holding 50 KB of state each
 (the floor's page stays the plain one; the routine's column shows the
-server's share of the documents, cortex's the decoding). Blocks rotate each round (:func:`benchmarks._common.rotate`).
+server's share of the documents, cortex's the decoding). Blocks rotate each
+round (:func:`benchmarks._common.rotate`).
 Nothing passes or fails on a time; the exit code is 1 only if an append's
 counter and its rows disagree at the end.
 """

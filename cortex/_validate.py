@@ -194,13 +194,8 @@ def decode_json(text: str) -> Any:
     if len(text) < _LONG or not has_long_digit_run(text):
         # orjson decodes several times faster and gives exactly what json.loads
         # gives, except for an integer past 64 bits (it returns a float: the
-        # search keeps every text that may hold one off it) and for text it
-        # refuses (a lone surrogate escape, an infinite number, nesting past
-        # 1024): then json.loads decides. A property test holds the two equal.
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
+        # scan keeps every text that may hold one off it).
+        return decode_json_of_strings(text)
     return json.loads(text)
 
 
@@ -208,8 +203,9 @@ def decode_json_of_strings(text: str) -> Any:
     """Decode stored JSON text whose only scalars are strings (a state document's outer object).
 
     No number to keep exact, so no scan (:func:`has_long_digit_run`): orjson
-    decodes it as ``json.loads`` would, and ``json.loads`` decides only
-    what orjson refuses (a lone surrogate escape).
+    decodes it as ``json.loads`` would, and ``json.loads`` decides what
+    orjson refuses (a lone surrogate escape, an infinite number, nesting
+    past 1024). Property tests hold both readers equal to ``json.loads``.
     """
     try:
         return orjson.loads(text)

@@ -26,11 +26,11 @@ from cortex.scope import Scope
 
 pytestmark = pytest.mark.anyio
 
-# Hex is incompressible enough that TOAST stores it out of line, in about
-# 300 chunks: 20 values of 30,000 characters, 600 KB of text in all.
-_BIG: Callable[[], dict[str, str]] = lambda: {  # noqa: E731
-    f"k{i}": secrets.token_hex(15_000) for i in range(20)
-}
+
+def _big() -> dict[str, str]:
+    """600 KB of hex, incompressible enough that TOAST stores it out of line (about 300 chunks)."""
+    return {f"k{i}": secrets.token_hex(15_000) for i in range(20)}
+
 
 _TOAST_FETCHED = """
 SELECT pg_stat_get_xact_blocks_fetched(reltoastrelid) FROM pg_class
@@ -59,7 +59,7 @@ async def test_an_append_never_fetches_an_unchanged_state_document(
         pytest.skip("TOAST reads happen on the workers")
     scope = Scope.parse(f"{tenant}/team/user")
     with use_scope(scope):
-        big = await store.create_session("bot", data=_BIG())
+        big = await store.create_session("bot", data=_big())
     sid = parse_id("ses", big.id)
     one = encode_batch([NewMessage("user", "hello")])
 
