@@ -340,6 +340,11 @@ class _Model(BaseModel):
         except ValidationError as exc:
             raise invalid_input(exc) from None
 
+    # Only a direct call needs this __init__ (its errors become InvalidInput
+    # there); pydantic's own validation of a model (re-validation at the
+    # boundary, a nested model, model_validate) goes straight to the core.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     def __setattr__(self, name: str, value: Any) -> None:
         try:
             super().__setattr__(name, value)
@@ -686,6 +691,8 @@ class NewMessage(_Inputs):
                     raise InvalidInput(f"{name}: given by position and by name")
                 data[name] = value
             super().__init__(**data)
+
+        __init__.__pydantic_base_init__ = True
 
     def preview(self) -> str:
         """The bounded text a session shows as its ``last_message``."""

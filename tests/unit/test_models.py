@@ -133,6 +133,24 @@ def test_requested_input_schema_checked() -> None:
         FunctionResponse(id="i", response={"k": "\x00"})
 
 
+def test_pydantic_validates_models_without_their_init() -> None:
+    """A nested model or a re-validated instance goes straight to pydantic's core.
+
+    cortex's ``__init__`` only turns a direct call's errors into InvalidInput;
+    marked as pydantic's own, it is not run for every model the boundary
+    re-validates (2 µs a message) and a nested error names its whole path.
+    """
+    with pytest.raises(InvalidInput) as refused:
+        NewMessage("assistant", "q", requested_inputs=[{"interrupt_id": "", "bogus": 1}])
+    assert "requested_inputs.0.bogus" in str(refused.value)
+    message = NewMessage("user", "hi")
+    again = NewMessage.model_validate(message)
+    assert again == message and again is not message  # re-validated: a checked copy
+    message.__dict__["role"] = "robot"  # changed behind validate_assignment
+    with pytest.raises(InvalidInput, match="role"):
+        NewMessage.model_validate(message)
+
+
 def test_from_database_equals_model_construct() -> None:
     from cortex.models import from_database
 
