@@ -11,7 +11,9 @@ release writing throughout), ``memory`` (peak client RSS while
 ``iter_sessions`` walks ``--n`` sessions, default 1,000,000, and
 ``list_messages`` pages through a session of a tenth as many messages) and
 ``cpu`` (client and server CPU per call: the physical floor, cortex's routine
-through raw asyncpg, and the store). The database server
+through raw asyncpg, and the store) and ``indexes`` (what each promise's
+indexes cost an append: 8 tasks on their own sessions beside the physical
+floor, with the schema as built and without each group). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -38,7 +40,7 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu")
+SEPARATE = ("migration", "memory", "cpu", "indexes")
 
 
 @contextmanager
@@ -82,6 +84,12 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
 
         return cpu.Params(
             n=args.n or (200 if quick else 2000), list_sessions=200 if quick else 1000
+        )
+    if scenario == "indexes":
+        from benchmarks import indexes
+
+        return indexes.Params(
+            n=args.n or (40 if quick else 400), concurrency=c, rounds=2 if quick else 4
         )
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
@@ -153,6 +161,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import cpu
 
             modules["cpu"] = cpu
+        if scenario == "indexes":
+            from benchmarks import indexes
+
+            modules["indexes"] = indexes
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
@@ -206,6 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks import cpu
 
         cpu.draw(reports[0], args.json.with_suffix(".png"))
+        print(f"wrote {args.json.with_suffix('.png')}")
+    elif args.json and args.scenario == "indexes":
+        from benchmarks import indexes
+
+        indexes.draw(reports[0], args.json.with_suffix(".png"))
         print(f"wrote {args.json.with_suffix('.png')}")
     elif args.json and args.scenario not in SEPARATE:  # their reports are tables
         try:

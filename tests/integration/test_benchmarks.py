@@ -146,3 +146,41 @@ def test_cpu_splits_each_call_into_client_and_server_time(server_url: str, tmp_p
                     side["client_cpu_us"] + side["server_cpu_us"]
                 )
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_indexes_measures_each_promise_and_puts_every_index_back(
+    server_url: str, tmp_path: Path
+) -> None:
+    from benchmarks import indexes
+
+    out = tmp_path / "indexes.json"
+    args = ["indexes", "--quick", "--n", "20", "--concurrency", "4", "--dsn", server_url]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "indexes"
+    assert report["invariants_ok"] is True  # counters equal rows, every index back as it was
+    assert [line["name"] for line in report["results"]] == [v.name for v in indexes.VARIANTS]
+    local = (urlsplit(server_url).hostname or "localhost") in ("127.0.0.1", "localhost", "::1")
+    for line, variant in zip(report["results"], indexes.VARIANTS, strict=True):
+        assert line["dropped"] == list(variant.indexes)
+        assert len(line["rounds"]) == 2  # --quick
+        for measured in line["rounds"]:
+            assert measured["cortex_per_s"] > 0 and measured["physical_per_s"] > 0
+            assert measured["ratio"] == pytest.approx(
+                measured["cortex_per_s"] / measured["physical_per_s"]
+            )
+            assert ("cortex_cpu_us" in measured) == local
+        assert line["summary"]["ratio_min"] <= line["summary"]["ratio"]
+        assert line["summary"]["ratio"] <= line["summary"]["ratio_max"]
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_indexes_refuses_a_variant_naming_no_index(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import indexes
+
+    ghost = indexes.Variant("no ghost index", "nothing", ("ix_sessions_ghost",))
+    monkeypatch.setattr(indexes, "VARIANTS", (*indexes.VARIANTS, ghost))
+    with pytest.raises(RuntimeError, match="ix_sessions_ghost"):
+        main(["indexes", "--quick", "--n", "4", "--concurrency", "2", "--dsn", server_url])
