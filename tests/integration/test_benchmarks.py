@@ -165,7 +165,8 @@ def test_indexes_measures_each_promise_and_puts_every_index_back(
         assert line["dropped"] == list(variant.indexes)
         assert len(line["rounds"]) == 2  # --quick
         for measured in line["rounds"]:
-            assert measured["cortex_per_s"] > 0 and measured["physical_per_s"] > 0
+            assert measured["cortex_per_s"] > 0
+            assert measured["physical_per_s"] > 0
             assert measured["ratio"] == pytest.approx(
                 measured["cortex_per_s"] / measured["physical_per_s"]
             )
