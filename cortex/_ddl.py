@@ -178,17 +178,39 @@ def key_columns(name: str) -> int | None:
     return None if found is None else int(str(found))
 
 
+def is_partial(name: str) -> bool | None:
+    """Whether index ``name`` has a predicate (None: no such index; offline: unknown)."""
+    if _offline():
+        return None
+    found = _scalar(
+        "SELECT i.indpred IS NOT NULL FROM pg_catalog.pg_index AS i"
+        " WHERE i.indexrelid = pg_catalog.to_regclass(:n)",
+        n=name,
+    )
+    return None if found is None else bool(found)
+
+
 def rebuild_index(name: str, definition: str, keys: int) -> None:
     """Make ``name`` the index ``definition`` (``keys`` key columns), online.
 
-    The new form is built ``CONCURRENTLY`` beside the old one as
-    ``<name>_next``, the old one dropped ``CONCURRENTLY``, and the new one
-    renamed under a short lock timeout with retries. An index that already
-    has ``keys`` key columns is left alone, so a run killed at any step runs
-    again from the top (the key count tells the two forms apart).
+    An index that already has ``keys`` key columns is left alone, so a run
+    killed at any step runs again from the top (the key count tells the two
+    forms apart). See :func:`replace_index`.
     """
     if key_columns(name) == keys:
         return
+    replace_index(name, definition)
+
+
+def replace_index(name: str, definition: str) -> None:
+    """Make ``name`` the index ``definition``, online; the caller tells when it is done already.
+
+    The new form is built ``CONCURRENTLY`` beside the old one as
+    ``<name>_next``, the old one dropped ``CONCURRENTLY``, and the new one
+    renamed under a short lock timeout with retries. Killed at any step, it
+    runs again from the top: a valid ``<name>_next`` is kept, an invalid one
+    rebuilt.
+    """
     building = f"{name}_next"
     create_index(building, definition)
     drop_index(name)

@@ -231,13 +231,17 @@ sa.Index(
 # Substring search (ILIKE '%term%') on title and on the preview: trigram GIN,
 # led by the tenant (btree_gin) so a search reads only its tenant's matches.
 # Used through cortex_search_ids(), which row-level security cannot stop from
-# running ILIKE inside the index (see cortex._filters.search_clause).
+# running ILIKE inside the index (see cortex._filters.search_clause). The
+# title's index holds titled sessions only: no update of a row is HOT, so an
+# append would give it an entry for every untitled session too (revision
+# 20261203000018); the functions' title arm tests ``title <> ''`` to use it.
 sa.Index(
     "ix_sessions_tenant_title_trgm",
     sessions.c.tenant_id,
     sessions.c.title,
     postgresql_using="gin",
     postgresql_ops={"title": "gin_trgm_ops"},
+    postgresql_where=sessions.c.title != "",
 )
 sa.Index(
     "ix_sessions_tenant_last_message_trgm",
