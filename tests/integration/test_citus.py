@@ -68,7 +68,8 @@ async def test_only_this_release_may_connect_to_a_distributed_database(
     """No trigger fills ``scope_l3`` for a release before …16 on Citus, so none connects.
 
     Later revisions serve …16's code (…17 moves a size check into cortex's
-    statements; …16's code is held by the backstop it keeps).
+    statements; …16's code is held by the backstop it keeps; …18 makes the
+    title index partial and keeps the functions' results).
     """
     from cortex._engine import SCHEMA_REVISION
 

@@ -3,14 +3,15 @@
 No update of a session's row is HOT, so before the revision every append
 gave the title's trigram index an entry for the row's new version, titled
 or not. The tests count what a transaction did to the index with its own
-statistics (``pg_stat_get_xact_blocks_fetched``): nothing is timed. That a
-whole-tenant search still reads the index is a matter of the planner's
-estimates on the data; docs/query-plans.md shows its plan at 1,000,000
-sessions, and the migration test holds the functions to the form it needs.
+statistics (``pg_stat_get_xact_blocks_fetched``): nothing is timed. The
+search functions' own queries, as installed, are explained on a tenant of
+50,000 sessions: the title's arm must still be served by the partial index
+(it is not, if the arm lacks ``title <> ''``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from cortex._executor import Tx
 from cortex._messages import append_messages, encode_batch
 from cortex.ids import parse_id
 from cortex.scope import Scope
+from tests import plans
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +83,59 @@ async def test_a_whole_tenant_search_still_finds_titles_and_previews(
             found = {s.id for s in await store.list_sessions(ListFilter(search=term))}
             assert found == wanted, term
             assert await store.count_sessions(ListFilter(search=term)) == len(wanted)
+
+
+_FUNCTION_SOURCE = "SELECT prosrc FROM pg_proc WHERE oid = $1::regprocedure"
+
+
+async def test_the_search_functions_read_the_partial_title_index(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    """Each whole-tenant search function's query, as installed, reads both trigram indexes.
+
+    The planner takes a partial index only where the query implies its
+    predicate; 50,000 sessions in the tenant (half of them titled, five
+    matching) make the trigram indexes its own choice, no setting forced.
+    On Citus, test_citus explains the routed function on a shard.
+    """
+    if store.distributed:
+        pytest.skip("test_citus explains the function on the shards")
+    await owner_conn.execute(
+        """
+        INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, title, last_message)
+        SELECT $1, gen_random_uuid(), 'bot', $1, 1,
+               CASE WHEN g % 10000 = 0 THEN 'a zanzibar trip ' || g
+                    WHEN g % 2 = 0 THEN 'hay stack ' || g ELSE '' END,
+               'the last thing said, number ' || g
+        FROM generate_series(1, 50000) AS g
+        """,
+        tenant,
+    )
+    await owner_conn.execute("ANALYZE sessions")
+    ids_source = await owner_conn.fetchval(_FUNCTION_SOURCE, "cortex_search_ids(text)")
+    array_source = await owner_conn.fetchval(_FUNCTION_SOURCE, "cortex_tenant_search(text, text)")
+    queries = {
+        "cortex_search_ids": re.sub(r"\bpattern\b", "$1", ids_source),
+        "cortex_tenant_search": re.sub(
+            r"\btenant\b",
+            f"'{tenant}'",
+            re.sub(
+                r"\bpattern\b",
+                "$1",
+                array_source[array_source.index("ARRAY(") + 6 : array_source.rindex(")")],
+            ),
+        ),
+    }
+    for name, query in queries.items():
+        async with owner_conn.transaction():
+            await owner_conn.execute(f"SET LOCAL cortex.tenant = '{tenant}'")
+            explained = await owner_conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + query, "%zanzibar%"
+            )
+        plan = plans.parsed(explained)
+        used = {str(node["Index Name"]) for node in plans.nodes(plan) if "Index Name" in node}
+        assert used == {
+            "ix_sessions_tenant_title_trgm",
+            "ix_sessions_tenant_last_message_trgm",
+        }, (name, used)
+        assert plan[0]["Plan"]["Actual Rows"] == 5, name
