@@ -8,7 +8,10 @@ it in the same rounds: 8 tasks, each appending one 200-byte message to a
 session of its own, through the store's public API. For each variant the
 named indexes are dropped in the throwaway database and rebuilt from their
 own definitions (``pg_get_indexdef``) after its blocks; the last step checks
-every index of ``sessions`` is back as it was.
+every index of ``sessions`` is back as it was. Before each variant's blocks
+every table's indexes are rebuilt and its dead rows vacuumed, so no variant
+inherits another's bloat (a GIN left in place grows with every block, one
+just rebuilt is compact).
 
 What a variant gives up is what the index serves (docs/query-plans.md):
 
@@ -112,6 +115,7 @@ VARIANTS: Final = (
     ),
 )
 
+_FLOOR_TABLES: Final = ("physical.sessions", "physical.messages")
 _INDEXES_SQL: Final = """
 SELECT c.relname::text AS name, pg_catalog.pg_get_indexdef(c.oid) AS definition
 FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
@@ -191,6 +195,14 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
                     variant, line = VARIANTS[k], lines[k]
                     for name in variant.indexes:
                         await owner.execute(f'DROP INDEX "{name}"')
+                    # Every variant starts from the same state: a rebuilt index
+                    # is compact (and a GIN's pending list empty) where one
+                    # left in place carries the dead entries of every block
+                    # before, so each variant's remaining indexes are rebuilt
+                    # and the dead rows vacuumed, the floor's alike.
+                    for table in ("public.sessions", "public.messages", *_FLOOR_TABLES):
+                        await owner.execute(f"VACUUM {table}")
+                        await owner.execute(f"REINDEX TABLE {table}")
                     try:
                         # One block unmeasured: the variant's first appends warm its pages.
                         await timed_workers(Side(), p.concurrency, max(1, p.n // 4), through_cortex)
