@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 
 from alembic import context, op
 from cortex._engine import DISTRIBUTED_SQL
-from cortex.errors import sqlstate_of
+from cortex.errors import SchemaMismatch, sqlstate_of
 
 __all__ = [
     "LOCK_TIMEOUT",
@@ -44,8 +44,10 @@ __all__ = [
     "create_index",
     "drop_index",
     "drop_trigger_sql",
+    "is_partial",
     "key_columns",
     "rebuild_index",
+    "replace_index",
     "run",
     "run_weak",
     "sessions_distributed",
@@ -137,23 +139,47 @@ def constraint_exists(name: str) -> bool:
     return bool(_scalar("SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = :n)", n=name))
 
 
-def _index_state(name: str) -> bool | None:
-    """True: a valid index; False: an invalid one (a killed CONCURRENTLY build); None: none."""
-    found = _scalar(
-        "SELECT i.indisvalid FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid "
-        "WHERE c.relname = :n AND c.relnamespace = 'public'::regnamespace",
-        n=name,
+def _index_state(name: str, table: str) -> bool | None:
+    """True: a valid index of ``table``; False: an invalid one (a killed CONCURRENTLY build); None: none.
+
+    Raises:
+        SchemaMismatch: an index of that name is on another table. Only
+            ``table``'s owner can index it, but any role that may create in
+            the schema can take a free name: cortex neither keeps nor drops
+            what it did not build.
+    """
+    row = (
+        _bind()
+        .execute(
+            sa.text(
+                "SELECT i.indisvalid AS valid, i.indrelid = pg_catalog.to_regclass(:t) AS ours"
+                " FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
+                " WHERE c.relname = :n AND c.relnamespace = 'public'::regnamespace"
+            ),
+            {"n": name, "t": table},
+        )
+        .first()
     )
-    return None if found is None else bool(found)
+    if row is None:
+        return None
+    if not row.ours:
+        raise SchemaMismatch(
+            f"an index named {name} exists on another table than {table}: cortex did not"
+            " build it; drop or rename it, then run the migration again"
+        )
+    return bool(row.valid)
 
 
 def create_index(name: str, definition: str, *, unique: bool = False) -> None:
-    """``CREATE [UNIQUE] INDEX CONCURRENTLY name ON definition``, rebuilt if left invalid."""
+    """``CREATE [UNIQUE] INDEX CONCURRENTLY name ON definition``, rebuilt if left invalid.
+
+    ``definition`` starts with the table's name (``sessions (tenant_id, …)``).
+    """
     sql = f"CREATE {'UNIQUE ' if unique else ''}INDEX CONCURRENTLY {name} ON {definition}"
     if _offline():
         op.execute(sql)
         return
-    state = _index_state(name)
+    state = _index_state(name, definition.split(maxsplit=1)[0])
     if state is True:
         return
     if state is False:
@@ -166,27 +192,26 @@ def drop_index(name: str) -> None:
     run_weak(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 
-def key_columns(name: str) -> int | None:
-    """How many key columns index ``name`` has (None: no such index; offline: unknown)."""
+def _index_fact(name: str, expression: str) -> object:
+    """``expression`` over index ``name``'s ``pg_index`` row (``i``); None: no such index, or offline."""
     if _offline():
         return None
-    found = _scalar(
-        "SELECT i.indnkeyatts FROM pg_catalog.pg_index AS i"
+    return _scalar(
+        f"SELECT {expression} FROM pg_catalog.pg_index AS i"
         " WHERE i.indexrelid = pg_catalog.to_regclass(:n)",
         n=name,
     )
+
+
+def key_columns(name: str) -> int | None:
+    """How many key columns index ``name`` has (None: no such index; offline: unknown)."""
+    found = _index_fact(name, "i.indnkeyatts")
     return None if found is None else int(str(found))
 
 
 def is_partial(name: str) -> bool | None:
     """Whether index ``name`` has a predicate (None: no such index; offline: unknown)."""
-    if _offline():
-        return None
-    found = _scalar(
-        "SELECT i.indpred IS NOT NULL FROM pg_catalog.pg_index AS i"
-        " WHERE i.indexrelid = pg_catalog.to_regclass(:n)",
-        n=name,
-    )
+    found = _index_fact(name, "i.indpred IS NOT NULL")
     return None if found is None else bool(found)
 
 

@@ -108,16 +108,44 @@ WHERE p.oid = to_regprocedure('cortex_search_ids(text)') AND NOT (r.rolsuper OR 
 """
 
 
-async def _search_scans(url: str) -> str | None:
-    """The owner of ``cortex_search_ids()`` if its whole-tenant search scans the tenant, else None."""
+async def _column(url: str, sql: str) -> list[str]:
+    """The first column of ``sql``'s rows, as text."""
     engine = make_engine(url, poolclass=sa.pool.NullPool)
     try:
         with translate_errors():
             async with engine.connect() as conn:
-                owner = await conn.scalar(sa.text(_SEARCH_OWNER))
-                return None if owner is None else str(owner)
+                return [str(value) for value in (await conn.scalars(sa.text(sql))).all()]
     finally:
         await engine.dispose()
+
+
+async def _search_scans(url: str) -> str | None:
+    """The owner of ``cortex_search_ids()`` if its whole-tenant search scans the tenant, else None."""
+    owners = await _column(url, _SEARCH_OWNER)
+    return owners[0] if owners else None
+
+
+# An index an online migration builds beside the one it replaces (cortex._ddl.replace_index)
+# and renames at the end: found afterwards, a run was killed before it finished.
+_LEFTOVER_INDEXES: Final = r"""
+SELECT c.relname::text FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid IN (to_regclass('sessions'), to_regclass('messages'))
+  AND c.relname LIKE '%\_next'
+ORDER BY 1
+"""
+
+
+def _note_leftovers(url: str) -> list[str]:
+    """Say on stderr which indexes an interrupted migration left; return their names."""
+    left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
+    for name in left:
+        print(
+            f"cortex: note: index {name} is left by an interrupted migration (an upgrade or a"
+            " downgrade killed before it finished): run that command again to finish it, or"
+            " drop the index; every write to its table updates it until then",
+            file=sys.stderr,
+        )
+    return left
 
 
 def _run_alembic(action: Callable[[], None]) -> None:
@@ -144,6 +172,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
             " sessions instead of the trigram indexes (README: Deployment roles)",
             file=sys.stderr,
         )
+    _note_leftovers(url)
     return EXIT_OK
 
 
@@ -153,6 +182,7 @@ def cmd_downgrade(args: argparse.Namespace) -> int:
         lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss)
     )
     print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    _note_leftovers(url)
     return EXIT_OK
 
 
@@ -194,6 +224,7 @@ def cmd_current(args: argparse.Namespace) -> int:
     distribution = asyncio.run(_read_distribution(url))
     routines = asyncio.run(_count_routines(url))
     wanted = _routines.wanted_count(distribution.distributed)
+    left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,
@@ -202,6 +233,7 @@ def cmd_current(args: argparse.Namespace) -> int:
         "distribution": distribution.summary,
         "routines": routines,
         "routines_expected": wanted,
+        "leftover_indexes": left,
     }
     if args.json:
         emit_json(state)
@@ -218,6 +250,11 @@ def cmd_current(args: argparse.Namespace) -> int:
                 else " (the rest run as transactions: run `cortex db upgrade`)"
             )
         )
+        if left:
+            print(
+                f"left by an interrupted migration: {', '.join(left)}"
+                " (run the interrupted command again to finish it, or drop them)"
+            )
     return EXIT_OK
 
 

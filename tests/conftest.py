@@ -318,6 +318,7 @@ def current_at_head() -> dict[str, object]:
         "distribution": "not distributed (plain PostgreSQL)",
         "routines": wanted_count(),
         "routines_expected": wanted_count(),
+        "leftover_indexes": [],
     }
 
 

@@ -147,3 +147,39 @@ def test_upgrade_says_when_whole_tenant_search_will_scan(
         assert SCHEMA_REVISION in captured.out
         assert "a whole-tenant search stays correct but scans" in captured.err
         assert "cortex_owner_" in captured.err
+
+
+def test_an_interrupted_downgrade_is_named_until_it_is_run_again(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.migrations.legacy import execute, fetch
+
+    before = "20261202000017"
+    url = ["--database-url", blank_db]
+    assert main([*url, "db", "upgrade"]) == 0
+    capsys.readouterr()
+    # What a downgrade from …18 killed after its build leaves: the full title
+    # index beside the partial one, the database still at …18. An upgrade
+    # finds nothing to do, and the index would be written on every append.
+    execute(
+        blank_db,
+        "CREATE INDEX ix_sessions_tenant_title_trgm_next ON sessions"
+        " USING gin (tenant_id, title gin_trgm_ops)",
+    )
+    assert main([*url, "db", "upgrade"]) == 0
+    err = capsys.readouterr().err
+    assert "index ix_sessions_tenant_title_trgm_next is left by an interrupted migration" in err
+    assert main([*url, "db", "current", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["leftover_indexes"] == ["ix_sessions_tenant_title_trgm_next"]
+    assert main([*url, "db", "current"]) == 0
+    assert "left by an interrupted migration: ix_sessions_tenant_title_trgm_next" in (
+        capsys.readouterr().out
+    )
+    # Run again, the downgrade finishes with the index it had built.
+    assert main([*url, "db", "downgrade", before]) == 0
+    assert "interrupted" not in capsys.readouterr().err
+    definition = fetch(
+        blank_db, "SELECT pg_get_indexdef('ix_sessions_tenant_title_trgm'::regclass) AS d"
+    )[0]["d"]
+    assert "WHERE" not in definition

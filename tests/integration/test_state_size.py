@@ -23,6 +23,7 @@ from cortex._executor import Tx
 from cortex._messages import append_messages, encode_batch
 from cortex.ids import parse_id
 from cortex.scope import Scope
+from tests.measured import counted
 
 pytestmark = pytest.mark.anyio
 
@@ -42,12 +43,7 @@ async def _toast_blocks(
     app_conn: asyncpg.Connection, scope: Scope, call: Callable[[Tx], Awaitable[Any]]
 ) -> int:
     """TOAST blocks of ``sessions`` one cortex statement fetched, run as the application role."""
-    await app_conn.execute(begin_sql(scope, custom_plans=False))
-    try:
-        await call(Tx(app_conn))
-        return int(await app_conn.fetchval(_TOAST_FETCHED))
-    finally:
-        await app_conn.execute("ROLLBACK")
+    return await counted(app_conn, scope, call, _TOAST_FETCHED)
 
 
 async def test_an_append_never_fetches_an_unchanged_state_document(

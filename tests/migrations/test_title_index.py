@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from cortex.errors import SchemaMismatch
 from cortex.migrate import downgrade as downgrade_to
 from cortex.migrate import upgrade
 from tests.migrations.legacy import execute, fetch
@@ -99,4 +100,33 @@ def test_a_killed_upgrade_finishes_on_the_next_run(blank_db: str, killed_after: 
         execute(blank_db, f"DROP INDEX {NAME}")
     upgrade(blank_db, REVISION)
     assert list(_indexes(blank_db)) == [NAME]
+    assert _indexes(blank_db)[NAME].endswith("WHERE (title <> ''::text)")
+
+
+def test_a_killed_concurrent_build_is_built_again(blank_db: str) -> None:
+    upgrade(blank_db, BEFORE)
+    # A CREATE INDEX CONCURRENTLY killed part way leaves the index invalid.
+    execute(
+        blank_db,
+        f"CREATE INDEX {NAME}_next ON sessions USING gin (tenant_id, title gin_trgm_ops)",
+        f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{NAME}_next'::regclass",
+    )
+    upgrade(blank_db, REVISION)
+    assert list(_indexes(blank_db)) == [NAME]  # all valid (checked by _indexes)
+    assert _indexes(blank_db)[NAME].endswith("WHERE (title <> ''::text)")
+
+
+def test_an_index_of_another_table_under_the_building_name_is_refused(blank_db: str) -> None:
+    """Any role that may create in the schema can take the name; cortex keeps and drops only its own."""
+    upgrade(blank_db, BEFORE)
+    execute(
+        blank_db,
+        "CREATE TABLE decoy (title text)",
+        f"CREATE INDEX {NAME}_next ON decoy (title) WHERE title <> ''",
+    )
+    with pytest.raises(SchemaMismatch, match="exists on another table than sessions"):
+        upgrade(blank_db, REVISION)
+    assert "WHERE" not in _indexes(blank_db)[NAME]  # the title index is still there, untouched
+    execute(blank_db, "DROP TABLE decoy")
+    upgrade(blank_db, REVISION)
     assert _indexes(blank_db)[NAME].endswith("WHERE (title <> ''::text)")
