@@ -13,7 +13,9 @@ every table's indexes are rebuilt and its dead rows vacuumed, so no variant
 inherits another's bloat (a GIN left in place grows with every block, one
 just rebuilt is compact).
 
-What a variant gives up is what the index serves (docs/query-plans.md):
+One variant gives up nothing: the title index on every session, as it was
+before revision 20261203000018 (an entry for an untitled session too).
+What another variant gives up is what the index serves (docs/query-plans.md):
 
 - **preview search**: a whole-tenant ``search`` finds its candidates in
   ``ix_sessions_tenant_last_message_trgm``; without it, it reads the tenant;
@@ -24,8 +26,9 @@ What a variant gives up is what the index serves (docs/query-plans.md):
   the tenant's rows that filters;
 - **agent listings**: ``agent_id`` filters (``ix_sessions_agent_*``).
 
-Per variant and round: both sides' appends per second, and, where the server
-runs on this machine, the whole machine's CPU per append (``/proc/stat``:
+Per variant and round: both sides' appends per second and bytes of WAL per
+append, and, where the server runs on this machine, the whole machine's CPU
+per append (``/proc/stat``:
 this process, the backends, the WAL writer). The ratio is the median of the
 rounds' ratios to the floor, so drift between rounds cancels. Nothing passes
 or fails on a time; the exit code is 1 only if a counter and its rows
@@ -72,11 +75,15 @@ class Params:
 
 @dataclass(frozen=True)
 class Variant:
-    """A schema variant: the listed ``sessions`` indexes dropped; ``gives_up``: what they serve."""
+    """A schema variant: the listed ``sessions`` indexes dropped, then ``builds`` built (name, SQL).
+
+    ``gives_up``: what the dropped indexes serve (or what the variant is).
+    """
 
     name: str
     gives_up: str
     indexes: tuple[str, ...] = ()
+    builds: tuple[tuple[str, str], ...] = ()
 
 
 _SUBTREE: Final = (
@@ -85,8 +92,15 @@ _SUBTREE: Final = (
     "ix_sessions_l3_recent",
     "ix_sessions_agent_l3_recent",
 )
+_TITLE: Final = "ix_sessions_tenant_title_trgm"
 VARIANTS: Final = (
     Variant("as built", "nothing"),
+    Variant(
+        "title index on every session",
+        "nothing: the title index as it was before revision 20261203000018",
+        (_TITLE,),
+        ((_TITLE, f"CREATE INDEX {_TITLE} ON sessions USING gin (tenant_id, title gin_trgm_ops)"),),
+    ),
     Variant(
         "no preview search index",
         "indexed whole-tenant search of last_message",
@@ -126,11 +140,12 @@ ORDER BY 1
 
 @dataclass
 class Line:
-    """One variant: per round, both sides' rates and machine CPU per append; medians in ``summary``."""
+    """One variant: per round, both sides' rates, machine CPU and WAL per append; medians in ``summary``."""
 
     name: str
     gives_up: str
     dropped: list[str]
+    built: list[str]
     rounds: list[dict[str, float]] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
 
@@ -163,7 +178,7 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
         max_size=p.concurrency,
         server_settings={"search_path": "physical"},
     )
-    lines = [Line(v.name, v.gives_up, list(v.indexes)) for v in VARIANTS]
+    lines = [Line(v.name, v.gives_up, list(v.indexes), [n for n, _ in v.builds]) for v in VARIANTS]
     try:
         await owner.execute(PHYSICAL_DDL)
         await owner.execute("SET search_path = public")
@@ -195,6 +210,8 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
                     variant, line = VARIANTS[k], lines[k]
                     for name in variant.indexes:
                         await owner.execute(f'DROP INDEX "{name}"')
+                    for _, sql in variant.builds:
+                        await owner.execute(sql)
                     # Every variant starts from the same state: a rebuilt index
                     # is compact (and a GIN's pending list empty) where one
                     # left in place carries the dead entries of every block
@@ -207,9 +224,13 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
                         # One block unmeasured: the variant's first appends warm its pages.
                         await timed_workers(Side(), p.concurrency, max(1, p.n // 4), through_cortex)
                         line.rounds.append(
-                            await _round(p, {"physical": physical, "cortex": through_cortex}, local)
+                            await _round(
+                                p, {"physical": physical, "cortex": through_cortex}, local, owner
+                            )
                         )
                     finally:
+                        for name, _ in variant.builds:
+                            await owner.execute(f'DROP INDEX "{name}"')
                         for name in variant.indexes:
                             await owner.execute(built[name])
         restored = {r["name"]: r["definition"] for r in await owner.fetch(_INDEXES_SQL)}
@@ -232,17 +253,28 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
 Op = Callable[[int, int], Awaitable[int]]
 
 
-async def _round(p: Params, ops: dict[str, Op], local: bool) -> dict[str, float]:
-    """Both sides' blocks, in rotating order: appends per second and machine CPU per append."""
+_WAL_AT: Final = "SELECT pg_catalog.pg_current_wal_insert_lsn()"
+
+
+async def _round(
+    p: Params, ops: dict[str, Op], local: bool, owner: asyncpg.Connection
+) -> dict[str, float]:
+    """Both sides' blocks, in rotating order: appends per second, machine CPU and WAL per append."""
     out: dict[str, float] = {}
 
     def block(name: str) -> Callable[[], Awaitable[None]]:
         async def go() -> None:
             side = Side()
             before = machine_busy() if local else None
+            wal_before = await owner.fetchval(_WAL_AT)
             await timed_workers(side, p.concurrency, p.n, ops[name])
+            wal = await owner.fetchval(
+                "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_insert_lsn(), $1)",
+                wal_before,
+            )
             after = machine_busy() if local else None
             out[f"{name}_per_s"] = side.ops / side.wall
+            out[f"{name}_wal_bytes"] = float(wal) / side.ops
             if before is not None and after is not None:
                 out[f"{name}_cpu_us"] = (after - before) / side.ops * 1e6
 
@@ -270,7 +302,8 @@ def print_table(lines: list[Line], console: Console | None = None) -> None:
         title_justify="left",
     )
     table.add_column("variant")
-    for column in ("cortex/s", "floor/s", "÷ floor", "min-max", "CPU µs", "floor CPU", "CPU"):
+    columns = ("cortex/s", "floor/s", "÷ floor", "min-max", "CPU µs", "floor CPU", "CPU", "WAL B")
+    for column in (*columns, "floor WAL"):
         table.add_column(column, justify="right")
     base = lines[0].summary.get("cortex_cpu_us")
     for line in lines:
@@ -285,13 +318,16 @@ def print_table(lines: list[Line], console: Console | None = None) -> None:
             f"{cpu:.0f}" if cpu is not None else "-",
             f"{s['physical_cpu_us']:.0f}" if "physical_cpu_us" in s else "-",
             f"{(cpu / base - 1) * 100:+.0f}%" if cpu is not None and base else "-",
+            f"{s['cortex_wal_bytes']:,.0f}",
+            f"{s['physical_wal_bytes']:,.0f}",
             style="bold" if not line.dropped else None,
         )
     console.print(table)
     console.print(
         "CPU µs: the whole machine's busy time per append (client, backends, WAL writer),"
-        " where the server runs here; CPU: against as built. ÷ floor: the median of the"
-        " rounds' ratios to the physical floor. What each variant gives up:"
+        " where the server runs here; CPU: against as built. WAL B: bytes of WAL per append."
+        " ÷ floor: the median of the rounds' ratios to the physical floor. What each variant"
+        " gives up:"
     )
     for line in lines[1:]:
         console.print(f"  {line.name}: {line.gives_up}")

@@ -10,12 +10,12 @@ entry for the row's new version, ``ix_sessions_tenant_title_trgm`` included,
 whether or not the session has a title. Sessions created by agent frameworks
 (ADK's, the Agents SDK's, a run's default session) have none, and for them
 that entry (the tenant's key and the empty title's, into the GIN's pending
-list, later merged into the index) bought nothing. Measured on appends to
-untitled sessions: 3,570 bytes of WAL per append with the full index, 3,397
-with the partial one (3,435 with none); the index's pages are no longer
-touched (``tests/integration/test_title_index.py``). The CPU per append
-moved less than the measurement's spread (``python -m benchmarks indexes``;
-docs/benchmarks.md).
+list, later merged into the index) bought nothing. Measured with 8 tasks
+appending to their own untitled sessions (``python -m benchmarks indexes``,
+docs/benchmarks.md): 3,483 bytes of WAL per append with the full index,
+3,298 with the partial one, the same as with no title index at all; the
+index's pages are no longer touched (``tests/integration/test_title_index.py``).
+The machine's CPU per append moved less than the measurement's spread.
 
 The index becomes partial, ``WHERE title <> ''``, and the two functions
 that search a whole tenant through it (``cortex_search_ids``,

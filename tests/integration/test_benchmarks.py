@@ -163,6 +163,7 @@ def test_indexes_measures_each_promise_and_puts_every_index_back(
     local = (urlsplit(server_url).hostname or "localhost") in ("127.0.0.1", "localhost", "::1")
     for line, variant in zip(report["results"], indexes.VARIANTS, strict=True):
         assert line["dropped"] == list(variant.indexes)
+        assert line["built"] == [name for name, _ in variant.builds]
         assert len(line["rounds"]) == 2  # --quick
         for measured in line["rounds"]:
             assert measured["cortex_per_s"] > 0
@@ -171,6 +172,8 @@ def test_indexes_measures_each_promise_and_puts_every_index_back(
                 measured["cortex_per_s"] / measured["physical_per_s"]
             )
             assert ("cortex_cpu_us" in measured) == local
+            assert measured["cortex_wal_bytes"] > 0
+            assert measured["physical_wal_bytes"] > 0
         assert line["summary"]["ratio_min"] <= line["summary"]["ratio"]
         assert line["summary"]["ratio"] <= line["summary"]["ratio_max"]
     assert out.with_suffix(".png").stat().st_size > 10_000
