@@ -28,7 +28,7 @@ from cortex._sessions import (
     select_session,
 )
 from cortex._tables import bounded_data, messages, pending_inputs, sessions
-from cortex._validate import decode_json, encode_json
+from cortex._validate import decode_json, encode_json, encoded_again
 from cortex.errors import Conflict, InvalidInput, NotFound
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
 from cortex.models import (
@@ -165,8 +165,9 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     more_requested = [_more_json(m.requested_inputs) for m in batch]
     more_responses = [_more_json(m.function_responses) for m in batch]
     metadata = [encode_json(m.metadata, MAX_JSON_BYTES) for m in batch]
+    # The boundary encoded each payload a moment ago, to check it: the same text.
     payloads = [
-        None if m.payload is None else encode_json(m.payload, MAX_PAYLOAD_BYTES) for m in batch
+        None if m.payload is None else encoded_again(m.payload, MAX_PAYLOAD_BYTES) for m in batch
     ]
     size = sum(
         _size(m.content) + _size(m.author) + _size(q) + _size(r) + _size(meta) + _size(p)

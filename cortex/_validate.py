@@ -18,6 +18,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable, Coroutine, Sequence
+from contextvars import ContextVar
 from typing import Any, Final, ParamSpec, TypeVar, cast
 
 import orjson
@@ -25,7 +26,14 @@ from pydantic import ConfigDict, ValidationError, validate_call
 
 from cortex.errors import InvalidInput
 
-__all__ = ["boundary", "decode_json", "encode_json", "instance_of", "invalid_input"]
+__all__ = [
+    "boundary",
+    "decode_json",
+    "encode_json",
+    "encoded_again",
+    "instance_of",
+    "invalid_input",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,6 +69,14 @@ def invalid_input(exc: ValidationError, names: Sequence[str] = ()) -> InvalidInp
 # instances re-validated (see cortex.models._Model: revalidate_instances).
 _CALL_CONFIG: Final = ConfigDict(arbitrary_types_allowed=True)
 
+# The JSON texts :func:`encode_json` made of lists and objects while the
+# boundary validated the current call's arguments, by object (each kept
+# alive here, so its id is not reused). The store serialises some of the
+# same values for storage right after, before it awaits anything
+# (cortex._messages.encode_batch), and takes the text from here
+# (:func:`encoded_again`) rather than encode a large payload twice.
+_ENCODED: ContextVar[dict[int, tuple[Any, str]] | None] = ContextVar("cortex_encoded", default=None)
+
 
 def boundary(func: Callable[P, R]) -> Callable[P, R]:
     """Validate a coroutine or async-generator function's arguments before it runs.
@@ -78,10 +94,13 @@ def boundary(func: Callable[P, R]) -> Callable[P, R]:
             # pydantic validates a coroutine function's arguments when it is
             # awaited; the body's own models already raise InvalidInput, so
             # a ValidationError here can only be the arguments'.
+            encoded = _ENCODED.set({})
             try:
                 return await cast(Coroutine[Any, Any, Any], validated(*args, **kwargs))
             except ValidationError as exc:
                 raise invalid_input(exc, names) from None
+            finally:
+                _ENCODED.reset(encoded)
 
         return cast(Callable[P, R], call)
 
@@ -129,7 +148,7 @@ def encode_json(value: Any, max_bytes: int) -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON-serialisable ({exc})") from None
-    size = len(text) if text.isascii() else len(_utf8(text))
+    size = _utf8_size(text)
     if size > max_bytes:
         raise ValueError(f"at most {max_bytes} bytes of JSON, got {size}")
     # The walk below decides exactly; this skips it where its answer is known.
@@ -138,7 +157,23 @@ def encode_json(value: Any, max_bytes: int) -> str:
     # key (and a few things json.dumps accepts: those take the walk too).
     if "\\u0000" in text or not _string_keys(value):
         _check_keys_and_strings(value)
+    encoded = _ENCODED.get()
+    if encoded is not None and type(value) in (dict, list):
+        encoded[id(value)] = (value, text)
     return text
+
+
+def encoded_again(value: Any, max_bytes: int) -> str:
+    """:func:`encode_json` of ``value``, taken from this call's validation where it encoded it.
+
+    Only for values the caller has not let go of since the boundary checked
+    them: code that runs before the call's first ``await``.
+    """
+    encoded = _ENCODED.get()
+    found = None if encoded is None else encoded.get(id(value))
+    if found is not None and found[0] is value and _utf8_size(found[1]) <= max_bytes:
+        return found[1]
+    return encode_json(value, max_bytes)
 
 
 def _string_keys(value: Any) -> bool:
@@ -148,6 +183,10 @@ def _string_keys(value: Any) -> bool:
     except orjson.JSONEncodeError:
         return False
     return True
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(_utf8(text))
 
 
 def _utf8(text: str) -> bytes:

@@ -112,6 +112,39 @@ async def test_payload_round_trips_exactly(store: cortex.Store, tenant: str) -> 
         assert plain.payload is None
 
 
+async def test_a_payload_is_encoded_once_by_the_append(
+    store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boundary's check of a payload and its storage share one ``json.dumps``.
+
+    The message is built (and its payload checked) before the count starts;
+    re-validated at the boundary, it is encoded once more, and the stored
+    text is that one. A payload changed in place after it was built is
+    stored as it is at the call.
+    """
+    import json
+
+    payload: dict[str, Any] = {"parts": [{"text": "x" * 50_000}], "n": 1}
+    message = NewMessage("assistant", "hi", payload=payload)
+    payload["n"] = 2  # behind the model's back: the boundary checks it again
+    dumps = json.dumps
+    calls: list[int] = []
+
+    def counted(value: Any, **kwargs: Any) -> str:
+        calls.append(len(str(value)))
+        text: str = dumps(value, **kwargs)
+        return text
+
+    with use_scope(tenant):
+        session = await store.create_session("bot")
+        monkeypatch.setattr(json, "dumps", counted)  # the module cortex._validate encodes with
+        stored = await store.append_message(session.id, message)
+        monkeypatch.undo()
+        (read,) = await store.recent_messages(session.id)
+    assert len(calls) == 1
+    assert stored.payload == read.payload == {"parts": [{"text": "x" * 50_000}], "n": 2}
+
+
 async def test_payload_limits(store: cortex.Store, tenant: str) -> None:
     with use_scope(tenant):
         session = await store.create_session("bot")
