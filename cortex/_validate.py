@@ -14,6 +14,7 @@ import the database layer or the models.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -69,12 +70,15 @@ def invalid_input(exc: ValidationError, names: Sequence[str] = ()) -> InvalidInp
 # instances re-validated (see cortex.models._Model: revalidate_instances).
 _CALL_CONFIG: Final = ConfigDict(arbitrary_types_allowed=True)
 
-# The JSON texts :func:`encode_json` made of lists and objects while the
-# boundary validated the current call's arguments, by object (each kept
-# alive here, so its id is not reused). The store serialises some of the
-# same values for storage right after, before it awaits anything
+# The JSON texts :func:`encode_json` made of lists and objects during the
+# current boundary call, by object (each kept alive here, so its id is not
+# reused). The store serialises some of the same values for storage right
+# after the boundary checked them, before it awaits anything
 # (cortex._messages.encode_batch), and takes the text from here
-# (:func:`encoded_again`) rather than encode a large payload twice.
+# (:func:`encoded_again`) rather than encode a large payload twice. No other
+# task can change a value in between; the caller's own code could (a custom
+# Sequence of messages, a dict subclass that changes the payload while it
+# is read), and then the text stored is the one checked a moment before.
 _ENCODED: ContextVar[dict[int, tuple[Any, str]] | None] = ContextVar("cortex_encoded", default=None)
 
 
@@ -94,13 +98,21 @@ def boundary(func: Callable[P, R]) -> Callable[P, R]:
             # pydantic validates a coroutine function's arguments when it is
             # awaited; the body's own models already raise InvalidInput, so
             # a ValidationError here can only be the arguments'.
-            encoded = _ENCODED.set({})
+            memo: dict[int, tuple[Any, str]] = {}
+            token = _ENCODED.set(memo)
             try:
                 return await cast(Coroutine[Any, Any, Any], validated(*args, **kwargs))
             except ValidationError as exc:
                 raise invalid_input(exc, names) from None
             finally:
-                _ENCODED.reset(encoded)
+                # Emptied, not only unbound: a task started during the call
+                # (a connection opening, whose transport lives on in the pool)
+                # holds a copy of this context, and with it the memo.
+                memo.clear()
+                with contextlib.suppress(ValueError):
+                    # Closed from outside its task (an abandoned call collected
+                    # after its loop closed), the token belongs to another context.
+                    _ENCODED.reset(token)
 
         return cast(Callable[P, R], call)
 

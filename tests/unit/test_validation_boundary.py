@@ -242,3 +242,40 @@ def test_models_refuse_wrong_types(build: Callable[[], Any], field: str) -> None
     with pytest.raises(InvalidInput) as info:
         build()
     assert field in str(info.value)
+
+
+async def test_a_task_started_during_a_call_keeps_none_of_its_encoded_texts() -> None:
+    """The boundary's memo of encoded payloads ends with the call.
+
+    A task started inside the call (as the pool opens a connection) holds a
+    copy of the call's context for as long as it lives; the memo it sees
+    there must be empty once the call has returned, or it would keep every
+    payload of that call alive.
+    """
+    import asyncio
+
+    from cortex import _messages
+    from cortex._validate import _ENCODED, boundary
+
+    seen: dict[str, Any] = {}
+    release = asyncio.Event()
+
+    async def outlives_the_call() -> None:
+        await release.wait()
+        seen["after"] = dict(_ENCODED.get() or {})
+
+    class Probe:
+        @boundary
+        async def append_messages(self, session_id: str, messages: list[NewMessage]) -> None:
+            _messages.encode_batch(list(messages))
+            seen["during"] = len(_ENCODED.get() or {})
+            seen["task"] = asyncio.ensure_future(outlives_the_call())
+
+    payload = {"blob": "x" * 100_000}
+    await Probe().append_messages(
+        format_id("ses", new_uuid()), [NewMessage("user", "a", payload=payload)]
+    )
+    release.set()
+    await seen["task"]
+    assert seen["during"] == 1  # the payload's text, kept for the storage
+    assert seen["after"] == {}
