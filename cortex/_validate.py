@@ -71,7 +71,7 @@ def invalid_input(exc: ValidationError, names: Sequence[str] = ()) -> InvalidInp
 _CALL_CONFIG: Final = ConfigDict(arbitrary_types_allowed=True)
 
 # The JSON texts :func:`encode_json` made of lists and objects during the
-# current boundary call, by object (each kept alive here, so its id is not
+# current boundary call, with their UTF-8 sizes, by object (each kept alive here, so its id is not
 # reused). The store serialises some of the same values for storage right
 # after the boundary checked them, before it awaits anything
 # (cortex._messages.encode_batch), and takes the text from here
@@ -79,7 +79,9 @@ _CALL_CONFIG: Final = ConfigDict(arbitrary_types_allowed=True)
 # task can change a value in between; the caller's own code could (a custom
 # Sequence of messages, a dict subclass that changes the payload while it
 # is read), and then the text stored is the one checked a moment before.
-_ENCODED: ContextVar[dict[int, tuple[Any, str]] | None] = ContextVar("cortex_encoded", default=None)
+_ENCODED: ContextVar[dict[int, tuple[Any, str, int]] | None] = ContextVar(
+    "cortex_encoded", default=None
+)
 
 
 def boundary(func: Callable[P, R]) -> Callable[P, R]:
@@ -98,7 +100,7 @@ def boundary(func: Callable[P, R]) -> Callable[P, R]:
             # pydantic validates a coroutine function's arguments when it is
             # awaited; the body's own models already raise InvalidInput, so
             # a ValidationError here can only be the arguments'.
-            memo: dict[int, tuple[Any, str]] = {}
+            memo: dict[int, tuple[Any, str, int]] = {}
             token = _ENCODED.set(memo)
             try:
                 return await cast(Coroutine[Any, Any, Any], validated(*args, **kwargs))
@@ -160,7 +162,7 @@ def encode_json(value: Any, max_bytes: int) -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON-serialisable ({exc})") from None
-    size = _utf8_size(text)
+    size = len(text) if text.isascii() else len(_utf8(text))
     if size > max_bytes:
         raise ValueError(f"at most {max_bytes} bytes of JSON, got {size}")
     # The walk below decides exactly; this skips it where its answer is known.
@@ -171,7 +173,7 @@ def encode_json(value: Any, max_bytes: int) -> str:
         _check_keys_and_strings(value)
     encoded = _ENCODED.get()
     if encoded is not None and type(value) in (dict, list):
-        encoded[id(value)] = (value, text)
+        encoded[id(value)] = (value, text, size)
     return text
 
 
@@ -183,7 +185,7 @@ def encoded_again(value: Any, max_bytes: int) -> str:
     """
     encoded = _ENCODED.get()
     found = None if encoded is None else encoded.get(id(value))
-    if found is not None and found[0] is value and _utf8_size(found[1]) <= max_bytes:
+    if found is not None and found[0] is value and found[2] <= max_bytes:
         return found[1]
     return encode_json(value, max_bytes)
 
@@ -195,10 +197,6 @@ def _string_keys(value: Any) -> bool:
     except orjson.JSONEncodeError:
         return False
     return True
-
-
-def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(_utf8(text))
 
 
 def _utf8(text: str) -> bytes:
