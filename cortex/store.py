@@ -111,6 +111,23 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
         DatabaseUnavailable: the database cannot be reached.
         InvalidInput: the URL names another driver.
     """
+    store = await open_store(url, **pool_options)
+    try:
+        yield store
+    finally:
+        await store.engine.dispose()
+
+
+async def open_store(url: str | URL, **pool_options: Any) -> Store:
+    """The one way a store is built on a URL: :func:`connect` without the ``async with``.
+
+    The caller owns the engine (``await store.engine.dispose()``).
+
+    Raises:
+        SchemaMismatch: the database is not at this code's schema revision.
+        DatabaseUnavailable: the database cannot be reached.
+        InvalidInput: the URL names another driver.
+    """
     engine = make_engine(url, manual_transactions=True, **pool_options)
     try:
         state = await check_schema(engine)
@@ -122,14 +139,15 @@ async def connect(url: str | URL, **pool_options: Any) -> AsyncIterator[Store]:
                 engine.url.username or "the login role",
             )
         routines = await _installed_routines(engine)
-        yield Store(
-            engine,
-            bypasses_row_level_security=state.bypasses_rls,
-            distributed=state.distributed,
-            routines=routines,
-        )
-    finally:
+    except BaseException:
         await engine.dispose()
+        raise
+    return Store(
+        engine,
+        bypasses_row_level_security=state.bypasses_rls,
+        distributed=state.distributed,
+        routines=routines,
+    )
 
 
 async def _installed_routines(engine: AsyncEngine) -> Routines:
