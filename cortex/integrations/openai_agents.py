@@ -20,7 +20,8 @@ module.
 
 from __future__ import annotations
 
-from typing import Any, Final, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar, cast
 
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings
@@ -43,6 +44,13 @@ _ROLES: Final[dict[str, Role]] = {
 # Text kept in a message's content, for previews and search; the whole item
 # is the payload.
 _CONTENT_CHARS: Final = 64 * 1024
+# Lookups of the key per call: a cached id, then the key twice (a session
+# deleted between its lookup and its use is looked up once more).
+_TRIES: Final = 3
+# Base scopes whose session id one object remembers.
+_MAX_CACHED: Final = 10_000
+
+T = TypeVar("T")
 
 
 def _text(item: dict[str, Any]) -> str:
@@ -101,9 +109,9 @@ class CortexSession:
         self.session_settings: SessionSettings | None = SessionSettings().resolve(session_settings)
         self._backing = Backing(store_or_url, scope, **pool_options)
         self._agent = agent_id
-        # The ses_ id, once the session is known to exist; dropped if it is
-        # found deleted.
-        self._id: str | None = None
+        # Base scope -> ses_ id of the session under this key there, once known
+        # to exist; an id found deleted is dropped and the key looked up again.
+        self._ids: dict[str, str] = {}
 
     @property
     def store(self) -> Store:
@@ -119,31 +127,23 @@ class CortexSession:
         wanted = limit if limit is not None else self._default_limit()
         if wanted is not None and wanted <= 0:
             return []
-        store = await self._backing.ready()
-        with use_scope(self._backing.base()):
-            sid = await self._existing(store)
-            if sid is None:
-                return []
+
+        async def read(store: Store, sid: str) -> list[Message]:
             messages: list[Message] = []
             before: int | None = None
             while wanted is None or len(messages) < wanted:
                 page_size = MAX_MESSAGE_LIMIT
                 if wanted is not None:
                     page_size = min(wanted - len(messages), MAX_MESSAGE_LIMIT)
-                try:
-                    page = await store.recent_messages(sid, limit=page_size, before_seq=before)
-                except NotFound:
-                    # Deleted behind our back (perhaps created again under
-                    # this key): start over from the key, once.
-                    if self._id is None or before is not None:
-                        return []
-                    self._id = None
-                    return await self.get_items(limit)
+                page = await store.recent_messages(sid, limit=page_size, before_seq=before)
                 messages = page + messages
                 if len(page) < page_size or page[0].seq == 1:
                     break
                 before = page[0].seq
-        return [_item_of(m) for m in messages]
+            return messages
+
+        found = await self._on_session(read, create=False)
+        return [] if found is None else [_item_of(m) for m in found]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items in order; up to 1,000 (and 64 MiB) are stored in one transaction.
@@ -157,56 +157,65 @@ class CortexSession:
         if not items:
             return
         batch = [_message_of(item) for item in items]
-        store = await self._backing.ready()
-        with use_scope(self._backing.base()):
-            for start in range(0, len(batch), MAX_APPEND_BATCH):
-                chunk = batch[start : start + MAX_APPEND_BATCH]
-                sid = await self._resolved(store)
-                try:
-                    await store.append_messages(sid, chunk)
-                except NotFound:
-                    # Deleted behind our back: the next write starts afresh.
-                    self._id = None
-                    await store.append_messages(await self._resolved(store), chunk)
+        for start in range(0, len(batch), MAX_APPEND_BATCH):
+            chunk = batch[start : start + MAX_APPEND_BATCH]
+
+            async def append(store: Store, sid: str, chunk: list[NewMessage] = chunk) -> None:
+                await store.append_messages(sid, chunk)
+
+            await self._on_session(append, create=True)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (None if there is none); concurrent pops take distinct items."""
-        store = await self._backing.ready()
-        with use_scope(self._backing.base()):
-            sid = await self._existing(store)
-            if sid is None:
-                return None
-            try:
-                popped = await store.pop_message(sid)
-            except NotFound:
-                self._id = None
-                return None
+
+        async def pop(store: Store, sid: str) -> Message | None:
+            return await store.pop_message(sid)
+
+        popped = await self._on_session(pop, create=False)
         return None if popped is None else _item_of(popped)
 
     async def clear_session(self) -> None:
         """Remove every item; the session (and its key) remain."""
-        store = await self._backing.ready()
-        with use_scope(self._backing.base()):
-            sid = await self._existing(store)
-            if sid is None:
-                return
-            try:
-                await store.clear_messages(sid)
-            except NotFound:
-                self._id = None
+
+        async def clear(store: Store, sid: str) -> None:
+            await store.clear_messages(sid)
+
+        await self._on_session(clear, create=False)
 
     def _default_limit(self) -> int | None:
         return None if self.session_settings is None else self.session_settings.limit
 
-    async def _existing(self, store: Store) -> str | None:
-        if self._id is None:
-            try:
-                self._id = (await store.get_session_by_key(self._agent, self.session_id)).id
-            except NotFound:
-                return None
-        return self._id
+    async def _on_session(
+        self, act: Callable[[Store, str], Awaitable[T]], *, create: bool
+    ) -> T | None:
+        """``act`` on the session this key names now in the base scope; None if there is none.
 
-    async def _resolved(self, store: Store) -> str:
-        if self._id is None:
-            self._id = (await store.resolve_session(self._agent, key=self.session_id)).id
-        return self._id
+        A cached id whose session is gone (deleted, perhaps created again
+        under this key by another worker) is dropped and the key resolved
+        afresh; ``create`` makes the session when the key names none.
+        """
+        store = await self._backing.ready()
+        base = self._backing.base()
+        where = str(base)
+        with use_scope(base):
+            for attempt in range(_TRIES):
+                sid = self._ids.get(where) if attempt == 0 else None
+                if sid is None:
+                    try:
+                        if create:
+                            sid = (await store.resolve_session(self._agent, key=self.session_id)).id
+                        else:
+                            sid = (await store.get_session_by_key(self._agent, self.session_id)).id
+                    except NotFound:
+                        return None
+                    if len(self._ids) >= _MAX_CACHED:
+                        self._ids.clear()
+                    self._ids[where] = sid
+                try:
+                    return await act(store, sid)
+                except NotFound:
+                    if self._ids.get(where) == sid:
+                        del self._ids[where]
+                    if attempt == _TRIES - 1 and create:
+                        raise
+        return None

@@ -348,3 +348,69 @@ async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenan
     other = CortexSession("again", store, scope=tenant)
     await other.add_items([item("user", "second life")])
     assert contents(await one.get_items()) == ["second life"]  # one's cached id was stale
+
+
+async def _recreate(store: cortex.Store, tenant: str, key: str, *texts: str) -> None:
+    """What another worker does: delete the session under ``key`` and write it anew."""
+    with use_scope(tenant):
+        stored = await store.get_session_by_key("openai-agents", key)
+        await store.delete_session(stored.id)
+    await CortexSession(key, store, scope=tenant).add_items([item("user", t) for t in texts])
+
+
+async def test_every_operation_follows_a_session_recreated_elsewhere(
+    store: cortex.Store, tenant: str
+) -> None:
+    one = CortexSession("again", store, scope=tenant)
+    await one.add_items([item("user", "first life")])
+    await _recreate(store, tenant, "again", "a", "b", "c")
+    assert await one.pop_item() == item("user", "c")  # one's cached id was stale
+    await _recreate(store, tenant, "again", "d", "e")
+    await one.clear_session()
+    fresh = CortexSession("again", store, scope=tenant)
+    assert await fresh.get_items() == []
+    await _recreate(store, tenant, "again", "f")
+    await one.add_items([item("user", "g")])
+    assert contents(await fresh.get_items()) == ["f", "g"]
+    with use_scope(tenant):
+        assert await store.count_sessions() == 1
+
+
+async def test_reading_follows_a_session_recreated_between_pages(
+    store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = CortexSession("paged", store, scope=tenant)
+    await one.add_items([item("user", str(i)) for i in range(1_200)])  # two pages
+    read_page = store.recent_messages
+    pages = 0
+
+    async def page_then_recreate(*args: Any, **kwargs: Any) -> list[cortex.Message]:
+        nonlocal pages
+        pages += 1
+        if pages == 2:  # between the first page and the second
+            await _recreate(store, tenant, "paged", "new life")
+        return await read_page(*args, **kwargs)
+
+    monkeypatch.setattr(store, "recent_messages", page_then_recreate)
+    assert contents(await one.get_items()) == ["new life"]
+
+
+async def test_one_object_keeps_each_scope_to_its_own_session(
+    store: cortex.Store, tenant: str
+) -> None:
+    roaming = CortexSession("conversation", store)  # no construction scope
+    with use_scope(f"{tenant}/user-1"):
+        await roaming.add_items([item("user", "user-1's")])
+        assert contents(await roaming.get_items()) == ["user-1's"]
+    with use_scope(tenant):
+        assert await roaming.get_items() == []
+        assert await roaming.pop_item() is None
+        await roaming.clear_session()
+        await roaming.add_items([item("user", "the tenant's")])
+        assert contents(await roaming.get_items()) == ["the tenant's"]
+        assert contents(await CortexSession("conversation", store).get_items()) == ["the tenant's"]
+    with use_scope(f"{tenant}/user-1"):
+        assert contents(await roaming.get_items()) == ["user-1's"]
+        assert await roaming.pop_item() == item("user", "user-1's")
+    with use_scope(tenant):
+        assert contents(await roaming.get_items()) == ["the tenant's"]
