@@ -381,13 +381,17 @@ class CortexSessionService(BaseSessionService):
             return
         user_scope = self.user_scope(app_name, user_id)
         with use_scope(user_scope):
-            sid = await self._find(store, user_scope, key)
-            self._ids.pop((str(user_scope), key), None)
-            if sid is None:
-                return
-            try:
-                await store.delete_session(sid)
-            except NotFound:
+            # Two tries, as in get_session: a cached id may name a session
+            # deleted since, and the key another one, which is the one to delete.
+            for attempt in range(2):
+                sid = await self._find(store, user_scope, key, cached=attempt == 0)
+                self._ids.pop((str(user_scope), key), None)
+                if sid is None:
+                    return
+                try:
+                    await store.delete_session(sid)
+                except NotFound:
+                    continue
                 return
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
@@ -452,10 +456,13 @@ class CortexSessionService(BaseSessionService):
 
     # --- helpers ------------------------------------------------------------------
 
-    async def _find(self, store: Store, user_scope: Scope, key: str) -> str | None:
-        cached = self._ids.get((str(user_scope), key))
-        if cached is not None:
-            return cached
+    async def _find(
+        self, store: Store, user_scope: Scope, key: str, *, cached: bool = True
+    ) -> str | None:
+        """The id of the session ``key`` names (the cached one unless ``cached`` is False)."""
+        known = self._ids.get((str(user_scope), key)) if cached else None
+        if known is not None:
+            return known
         try:
             found = await store.get_session_by_key(self._agent, key)
         except NotFound:

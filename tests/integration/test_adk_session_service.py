@@ -784,3 +784,17 @@ async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenan
     got = await other.get_session(app_name=APP, user_id="u", session_id="s")
     assert got is not None
     assert len(got.events) == 1
+
+
+async def test_delete_removes_the_session_the_id_names_now(
+    store: cortex.Store, tenant: str
+) -> None:
+    one = CortexSessionService(store, scope=tenant)
+    other = CortexSessionService(store, scope=tenant)  # another process
+    await one.create_session(app_name=APP, user_id="u", session_id="s")
+    await other.delete_session(app_name=APP, user_id="u", session_id="s")
+    await other.create_session(app_name=APP, user_id="u", session_id="s", state={"v": 2})
+    await one.delete_session(app_name=APP, user_id="u", session_id="s")  # one's id is stale
+    assert await other.get_session(app_name=APP, user_id="u", session_id="s") is None
+    with use_scope(tenant):
+        assert await store.count_sessions() == 0
