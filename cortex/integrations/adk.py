@@ -226,11 +226,13 @@ class CortexSessionService(BaseSessionService):
     caller's current scope (``with cortex.use_scope("acme"): ...``).
 
     Concurrency: ``append_event`` refuses a session object that is stale
-    (another writer appended since it was read) with :class:`StaleSession`
-    (ADK's StaleSessionError), checked under the session's row lock in the
-    appending statement, so of two writers holding the same revision exactly
-    one appends. Session objects built by hand (no revision marker) are not
-    checked.
+    (another writer appended since it was read, or it was read from a
+    session deleted since, even one created again under the same id) with
+    :class:`StaleSession` (ADK's StaleSessionError), checked under the
+    session's row lock in the appending statement, so of two writers holding
+    the same revision exactly one appends. A session object built by hand
+    (no revision marker) is checked as ADK's database service checks one:
+    by its ``last_update_time`` and newest event.
     """
 
     def __init__(
@@ -422,17 +424,25 @@ class CortexSessionService(BaseSessionService):
         user_scope = app_scope.child(segment(session.user_id))
         scope_data = {str(s): d for s, d in ((app_scope, app), (user_scope, user)) if d}
         marker = session._storage_update_marker
+        marked = None if marker is None else _read_marker(marker)
         message = _message_of(event)
         with use_scope(user_scope):
             # Two tries, as in get_session: a cached id may name a session
             # deleted since (its key then names another one, or none).
             for attempt in range(2):
-                sid = await self._find(store, user_scope, session.id)
+                sid = await self._find(store, user_scope, session.id, cached=attempt == 0)
                 if sid is None:
                     raise SessionMissing(f"Session {session.id} not found.")
+                if marker is not None and (marked is None or marked[0] != sid):
+                    # Read from another session (one deleted since, whose
+                    # key now names this one), or marked by another service.
+                    self._ids.pop((str(user_scope), session.id), None)
+                    if attempt:
+                        raise StaleSession(_STALE)
+                    continue
                 try:
                     expected = (
-                        await _revision_of(store, sid, session) if marker is None else int(marker)
+                        await _revision_of(store, sid, session) if marked is None else marked[1]
                     )
                     (stored,) = await store.append_messages(
                         sid,
@@ -451,7 +461,7 @@ class CortexSessionService(BaseSessionService):
             else:  # pragma: no cover - the loop breaks or raises
                 raise SessionMissing(f"Session {session.id} not found.")
         session.last_update_time = event.timestamp
-        session._storage_update_marker = str(stored.seq)
+        session._storage_update_marker = _marker(sid, stored.seq)
         return self._commit_event_to_session(session, event)
 
     # --- helpers ------------------------------------------------------------------
@@ -495,8 +505,25 @@ class CortexSessionService(BaseSessionService):
                     else stored.updated_at.timestamp()
                 ),
             },
-            {"_storage_update_marker": str(stored.message_count)},
+            {"_storage_update_marker": _marker(stored.id, stored.message_count)},
         )
+
+
+def _marker(sid: str, count: int) -> str:
+    """A session object's revision: the cortex session it was read from and its message count.
+
+    The count alone would start again in a session created anew under the
+    same id, so an object of the deleted one would pass for current.
+    """
+    return f"{sid}@{count}"
+
+
+def _read_marker(marker: str) -> tuple[str, int] | None:
+    """The (ses_ id, count) of a marker this service wrote; None for any other."""
+    sid, _, count = marker.rpartition("@")
+    if not sid or not count.isdigit() or len(count) > 18:
+        return None
+    return sid, int(count)
 
 
 async def _revision_of(store: Store, sid: str, session: Session) -> int:

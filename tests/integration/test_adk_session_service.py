@@ -798,3 +798,41 @@ async def test_delete_removes_the_session_the_id_names_now(
     assert await other.get_session(app_name=APP, user_id="u", session_id="s") is None
     with use_scope(tenant):
         assert await store.count_sessions() == 0
+
+
+async def test_an_object_of_a_deleted_session_is_stale_for_its_successor(
+    store: cortex.Store, tenant: str
+) -> None:
+    one = CortexSessionService(store, scope=tenant)
+    other = CortexSessionService(store, scope=tenant)  # another process
+    first = await one.create_session(app_name=APP, user_id="u", session_id="s")
+    await one.append_event(first, Event(author="user", actions=delta(v=1)))
+    markerless = first.model_copy(deep=True)
+    markerless._storage_update_marker = None
+    await other.delete_session(app_name=APP, user_id="u", session_id="s")
+    second = await other.create_session(app_name=APP, user_id="u", session_id="s", state={"v": 2})
+    await other.append_event(second, Event(author="user"))  # as many events as `first` read
+    fresh = CortexSessionService(store, scope=tenant)  # nothing cached
+    for service, held in ((one, first), (fresh, first), (one, markerless)):
+        with pytest.raises(StaleSessionError):
+            await service.append_event(held, Event(author="user", actions=delta(v=3)))
+    got = await other.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert (got.state, len(got.events)) == ({"v": 2}, 1)
+    # An object of the live session appends, whatever the service had cached.
+    await other.delete_session(app_name=APP, user_id="u", session_id="s")
+    third = await other.create_session(app_name=APP, user_id="u", session_id="s")
+    await one.append_event(third, Event(author="user", actions=delta(v=4)))
+    got = await fresh.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert (got.state, len(got.events)) == ({"v": 4}, 1)
+
+
+async def test_a_marker_of_another_service_is_stale(service: CortexSessionService) -> None:
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    session._storage_update_marker = "2026-12-01T00:00:00.000000+00:00"  # ADK's database form
+    with pytest.raises(StaleSessionError):
+        await service.append_event(session, Event(author="user"))
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert got.events == []
