@@ -40,8 +40,10 @@ def segment(name: str) -> str:
     characters, ``sha.`` and 56 hex digits of its SHA-256.
 
     Raises:
-        InvalidInput: an empty name.
+        InvalidInput: an empty name, or one that is not a string.
     """
+    if not isinstance(name, str):
+        raise InvalidInput(f"an app name or user id must be a string, got {type(name).__name__}")
     if not name:
         raise InvalidInput("an app name or user id must not be empty")
     if _PLAIN.fullmatch(name) and not name.startswith((_B32, _SHA)):

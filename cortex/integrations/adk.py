@@ -45,6 +45,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 from google.genai import types
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from sqlalchemy.engine import URL
 
@@ -101,18 +102,26 @@ class StaleSession(StaleSessionError, Conflict):
 
 def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
     # What ADK's own database service stores for a value JSON cannot hold
-    # (a callable, an object): its string form, not a failed write.
+    # (a callable, an object, bytes that are not UTF-8): its string form,
+    # not a failed write.
     try:
         return dict(to_jsonable_python(state))
-    except PydanticSerializationError:
+    except (PydanticSerializationError, ValueError):
         return {k: _json_safe_value(v) for k, v in state.items()}
 
 
 def _json_safe_value(value: Any) -> Any:
     try:
         return to_jsonable_python(value)
-    except PydanticSerializationError:
+    except (PydanticSerializationError, ValueError):
         return str(value)
+
+
+def _key(session_id: object) -> str:
+    """ADK's session id as a cortex key: trimmed, as ADK trims."""
+    if not isinstance(session_id, str):
+        raise InvalidInput(f"session_id: expected a string, got {type(session_id).__name__}")
+    return session_id.strip()
 
 
 def _split(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -140,10 +149,13 @@ def _message_of(event: Event) -> NewMessage:
     """One message holding the whole event, with its text, role and operator state."""
     try:
         payload = event.model_dump(mode="json", exclude_none=True)
-    except PydanticSerializationError:
+    except (PydanticSerializationError, ValueError):
         if event.actions and event.actions.state_delta:
             event.actions.state_delta = _json_safe(event.actions.state_delta)
-        payload = event.model_dump(mode="json", exclude_none=True)
+        try:
+            payload = event.model_dump(mode="json", exclude_none=True)
+        except (PydanticSerializationError, ValueError) as exc:
+            raise InvalidInput(f"event: not JSON-serialisable ({exc})") from None
     parts = event.content.parts if event.content and event.content.parts else []
     text = "".join(p.text for p in parts if p.text and not p.thought)[:_CONTENT_CHARS]
     responses = event.get_function_responses()
@@ -182,7 +194,7 @@ def _message_of(event: Event) -> NewMessage:
 
 
 def _event_of(message: Message) -> Event | None:
-    """The ADK event a message holds; for a message written through cortex itself, one built from it.
+    """The ADK event a message holds; for any other message (written through cortex itself), one built from it.
 
     An operator answering a pending input (``store.resume``, ``cortex
     sessions resume``) appends a function response without an ADK payload:
@@ -190,7 +202,10 @@ def _event_of(message: Message) -> Event | None:
     sees the answer. Other payload-less messages become plain text events.
     """
     if message.payload is not None:
-        return Event.model_validate(message.payload)
+        try:
+            return Event.model_validate(message.payload)
+        except ValidationError:
+            pass  # not an ADK event: built from the message, as one without a payload
     answer = message.function_response
     if answer is not None:
         response = (
@@ -290,7 +305,9 @@ class CortexSessionService(BaseSessionService):
             SessionExists: the user already has a session with this id.
         """
         store = await self._backing.ready()
-        key = (session_id or "").strip() or str(uuid.uuid4())
+        key = ("" if session_id is None else _key(session_id)) or str(uuid.uuid4())
+        if state is not None and not isinstance(state, dict):
+            raise InvalidInput(f"state: expected a dict, got {type(state).__name__}")
         app, user, own = _split(state or {})
         created_at = time.time()
         app_scope, user_scope = self.app_scope(app_name), self.user_scope(app_name, user_id)
@@ -324,7 +341,9 @@ class CortexSessionService(BaseSessionService):
         those at or after it.
         """
         store = await self._backing.ready()
-        key = session_id.strip()
+        key = _key(session_id)
+        if config is not None and not isinstance(config, GetSessionConfig):
+            raise InvalidInput(f"config: expected a GetSessionConfig, got {type(config).__name__}")
         if not key:
             return None
         user_scope = self.user_scope(app_name, user_id)
@@ -378,7 +397,7 @@ class CortexSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session with its events; a session that does not exist is no error."""
         store = await self._backing.ready()
-        key = session_id.strip()
+        key = _key(session_id)
         if not key:
             return
         user_scope = self.user_scope(app_name, user_id)
@@ -413,6 +432,10 @@ class CortexSessionService(BaseSessionService):
             StaleSession: the session object is stale (reload it).
             SessionMissing: the session does not exist (any more).
         """
+        if not isinstance(session, Session):
+            raise InvalidInput(f"session: expected an ADK Session, got {type(session).__name__}")
+        if not isinstance(event, Event):
+            raise InvalidInput(f"event: expected an ADK Event, got {type(event).__name__}")
         if event.partial:
             return event
         self._apply_temp_state(session, event)

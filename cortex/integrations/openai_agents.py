@@ -20,11 +20,12 @@ module.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings
+from pydantic import ValidationError
 from sqlalchemy.engine import URL
 
 from cortex.errors import InvalidInput, NotFound
@@ -64,14 +65,25 @@ def _text(item: dict[str, Any]) -> str:
     return text[:_CONTENT_CHARS].replace("\x00", "")
 
 
-def _message_of(item: TResponseInputItem) -> NewMessage:
-    body = cast(dict[str, Any], item)
-    role = _ROLES.get(str(body.get("role", "")), "tool")
-    return NewMessage(role, _text(body), payload=body)
+def _messages_of(items: object) -> list[NewMessage]:
+    """One message per item, or InvalidInput for an input that is not a list of item dicts."""
+    if isinstance(items, str | bytes | bytearray | Mapping) or not isinstance(items, Iterable):
+        raise InvalidInput(f"items: expected a list of item dicts, got {type(items).__name__}")
+    batch = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"items[{index}]: expected an item dict, got {type(item).__name__}")
+        role = _ROLES.get(str(item.get("role", "")), "tool")
+        batch.append(NewMessage(role, _text(item), payload=item))
+    return batch
 
 
 def _item_of(message: Message) -> TResponseInputItem:
-    return cast(TResponseInputItem, message.payload)
+    """The item a message holds; for one written through cortex itself, a message item of its text."""
+    if isinstance(message.payload, dict):
+        return cast(TResponseInputItem, message.payload)
+    role = message.role if message.role in ("assistant", "system") else "user"
+    return cast(TResponseInputItem, {"role": role, "content": message.content})
 
 
 class CortexSession:
@@ -101,12 +113,19 @@ class CortexSession:
         session_settings: SessionSettings | dict[str, Any] | None = None,
         **pool_options: Any,
     ) -> None:
-        if not session_id or session_id != session_id.strip():
+        if not isinstance(session_id, str) or not session_id or session_id != session_id.strip():
             raise InvalidInput(
-                "session_id: must be non-empty, without leading or trailing whitespace"
+                "session_id: must be a non-empty string, without leading or trailing whitespace"
             )
         self.session_id = session_id
-        self.session_settings: SessionSettings | None = SessionSettings().resolve(session_settings)
+        try:
+            resolved = SessionSettings().resolve(session_settings)
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise InvalidInput(f"session_settings: {reasons}") from None
+        except TypeError as exc:
+            raise InvalidInput(f"session_settings: {exc}") from None
+        self.session_settings: SessionSettings | None = resolved
         self._backing = Backing(store_or_url, scope, **pool_options)
         self._agent = agent_id
         # Base scope -> ses_ id of the session under this key there, once known
@@ -124,6 +143,8 @@ class CortexSession:
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The newest ``limit`` items (default: ``session_settings.limit``, else all), oldest first."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidInput(f"limit: expected an integer or None, got {type(limit).__name__}")
         wanted = limit if limit is not None else self._default_limit()
         if wanted is not None and wanted <= 0:
             return []
@@ -151,12 +172,11 @@ class CortexSession:
         A longer list is stored 1,000 at a time, each chunk atomic.
 
         Raises:
-            InvalidInput: an item is not JSON or breaks a limit (its chunk
+            InvalidInput: ``items`` is not a list of dicts (nothing is
+                stored), or an item is not JSON or breaks a limit (its chunk
                 is not stored).
         """
-        if not items:
-            return
-        batch = [_message_of(item) for item in items]
+        batch = _messages_of(items)
         for start in range(0, len(batch), MAX_APPEND_BATCH):
             chunk = batch[start : start + MAX_APPEND_BATCH]
 

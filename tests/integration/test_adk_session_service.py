@@ -63,7 +63,8 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, cast
 
 import pytest
 
@@ -836,3 +837,69 @@ async def test_a_marker_of_another_service_is_stale(service: CortexSessionServic
     got = await service.get_session(app_name=APP, user_id="u", session_id="s")
     assert got is not None
     assert got.events == []
+
+
+async def test_inputs_of_the_wrong_type_are_refused(
+    service: CortexSessionService, store: cortex.Store, tenant: str
+) -> None:
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    bad: Any = 5
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: service.create_session(app_name=bad, user_id="u"),
+        lambda: service.create_session(app_name=APP, user_id=bad),
+        lambda: service.create_session(app_name=APP, user_id="u", session_id=bad),
+        lambda: service.create_session(app_name=APP, user_id="u", state=cast(Any, [("k", 1)])),
+        lambda: service.create_session(app_name=APP, user_id="u", state=cast(Any, "k")),
+        lambda: service.get_session(app_name=APP, user_id="u", session_id=bad),
+        lambda: service.get_session(app_name=APP, user_id="u", session_id=cast(Any, None)),
+        lambda: service.get_session(
+            app_name=APP, user_id="u", session_id="s", config=cast(Any, {"num_recent_events": 1})
+        ),
+        lambda: service.list_sessions(app_name=bad),
+        lambda: service.list_sessions(app_name=APP, user_id=bad),
+        lambda: service.delete_session(app_name=APP, user_id="u", session_id=cast(Any, None)),
+        lambda: service.get_user_state(app_name=APP, user_id=bad),
+        lambda: service.append_event(session, cast(Any, {"author": "user"})),
+        lambda: service.append_event(session, cast(Any, None)),
+        lambda: service.append_event(cast(Any, {"id": "s"}), Event(author="user")),
+        lambda: service.append_event(
+            session, Event(author="user", custom_metadata={"k": object()})
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(cortex.InvalidInput):
+            await call()
+    with use_scope(tenant):
+        assert await store.count_sessions() == 1
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert got.events == []
+
+
+async def test_state_that_json_cannot_hold_is_stored_as_text(
+    service: CortexSessionService,
+) -> None:
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    await service.append_event(session, Event(author="user", actions=delta(raw=b"\x00\xff", ok=1)))
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert got.state["ok"] == 1
+    assert isinstance(got.state["raw"], str)
+
+
+async def test_messages_written_without_an_event_read_as_events(
+    service: CortexSessionService, store: cortex.Store, tenant: str
+) -> None:
+    await service.create_session(app_name=APP, user_id="u", session_id="s")
+    with use_scope(tenant):
+        (stored,) = await store.list_sessions(ListFilter(agent_id="adk"))
+        await store.append_message(stored.id, cortex.NewMessage("user", "a list", payload=[1]))
+        await store.append_message(
+            stored.id, cortex.NewMessage("user", "bad", payload={"author": [1]})
+        )
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    assert [e.content.parts[0].text for e in got.events if e.content and e.content.parts] == [
+        "a list",
+        "bad",
+    ]

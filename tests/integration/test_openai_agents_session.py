@@ -414,3 +414,37 @@ async def test_one_object_keeps_each_scope_to_its_own_session(
         assert await roaming.pop_item() == item("user", "user-1's")
     with use_scope(tenant):
         assert contents(await roaming.get_items()) == ["the tenant's"]
+
+
+async def test_inputs_of_the_wrong_type_are_refused(
+    session: CortexSession, store: cortex.Store
+) -> None:
+    await session.add_items([item("user", "kept")])
+    bad_items: list[Any] = [["hello"], [None], [5], [item("user", "ok"), 3.5], "abc", None, {}]
+    for bad in bad_items:
+        with pytest.raises(cortex.InvalidInput, match="items"):
+            await session.add_items(bad)
+    for limit in ("3", True, 2.5):
+        with pytest.raises(cortex.InvalidInput, match="limit"):
+            await session.get_items(limit=cast(Any, limit))
+    with pytest.raises(cortex.InvalidInput, match="session_id"):
+        CortexSession(cast(Any, 5), store)
+    for settings in ({"limit": "x"}, {"unknown": 1}, 5):
+        with pytest.raises(cortex.InvalidInput, match="session_settings"):
+            CortexSession("s", store, session_settings=cast(Any, settings))
+    assert contents(await session.get_items()) == ["kept"]
+
+
+async def test_messages_written_without_an_item_read_as_items(
+    session: CortexSession, store: cortex.Store
+) -> None:
+    await session.add_items([item("user", "hello")])
+    with use_scope(str(session._backing.base())):
+        stored = await store.get_session_by_key("openai-agents", "conversation")
+        await store.append_message(stored.id, cortex.NewMessage("assistant", "operator note"))
+        await store.append_message(stored.id, cortex.NewMessage("user", "a list", payload=[1]))
+    assert await session.get_items() == [
+        item("user", "hello"),
+        item("assistant", "operator note"),
+        item("user", "a list"),
+    ]

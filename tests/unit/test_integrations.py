@@ -36,6 +36,9 @@ def test_other_names_are_encoded_one_to_one() -> None:
     assert segment("y" * 500).startswith("sha.")
     with pytest.raises(InvalidInput):
         segment("")
+    for not_text in (5, None, b"app"):
+        with pytest.raises(InvalidInput, match="must be a string"):
+            segment(not_text)  # type: ignore[arg-type]
 
 
 def test_import_cortex_needs_no_framework() -> None:
