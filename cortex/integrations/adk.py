@@ -233,10 +233,14 @@ def _event_of(message: Message) -> Event | None:
 class CortexSessionService(BaseSessionService):
     """ADK's session service on a cortex store: multi-tenant, scoped, with an operator surface.
 
-    Build it on an existing store (``CortexSessionService(store)``) or a URL
-    (``CortexSessionService("postgresql://…")``; the service owns that engine
-    and disposes it on ``close()``; the database must have been prepared by
-    ``cortex db upgrade``, nothing else runs). ``scope``: a base scope for a
+    Build it on an existing store (``CortexSessionService(store)``, which
+    stays the caller's) or a URL (``CortexSessionService("postgresql://…")``;
+    the database must have been prepared by ``cortex db upgrade``, nothing
+    else runs). On a URL the store is opened as ``cortex.connect`` opens one,
+    at the first call (or ``open()``, or ``async with``), and shared by the
+    adapters on that URL with equal pool options in the event loop;
+    ``close()`` releases this service's share on the running loop, and the
+    last share closed disposes the engine. ``scope``: a base scope for a
     process serving one tenant; without it, every call acts beneath the
     caller's current scope (``with cortex.use_scope("acme"): ...``).
 
@@ -266,17 +270,29 @@ class CortexSessionService(BaseSessionService):
 
     @property
     def store(self) -> Store:
-        """The cortex store underneath (for operator calls such as ``inspect_session``)."""
+        """The cortex store underneath (for operator calls such as ``inspect_session``).
+
+        Raises:
+            InvalidInput: built on a URL, and not yet opened on the running loop.
+        """
         return self._backing.store
 
+    async def open(self) -> Store:
+        """Open the store now (a URL-built service opens it at its first call anyway)."""
+        return await self._backing.ready()
+
     async def __aenter__(self) -> CortexSessionService:
+        await self.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
-        """Dispose the engine if this service opened it from a URL."""
+        """Release this service's share of a URL-built store (the last share disposes the engine).
+
+        Call it on each event loop the service was used on; a borrowed store stays open.
+        """
         await self._backing.close()
 
     # --- scopes -------------------------------------------------------------------

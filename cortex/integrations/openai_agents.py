@@ -95,10 +95,14 @@ class CortexSession:
     history of its trimmed form. Case matters (``"Foo"`` and ``"foo"`` are
     two sessions).
 
-    Build it on a store (``CortexSession("user-123", store)``) or a URL (it
-    then owns that engine; ``close()`` disposes it; the database must have
-    been prepared by ``cortex db upgrade``). ``session_settings``: the
-    default ``limit`` of ``get_items`` (a ``SessionSettings`` or a dict).
+    Build it on a store (``CortexSession("user-123", store)``, which stays
+    the caller's) or a URL (the database must have been prepared by ``cortex
+    db upgrade``). On a URL the store is opened as ``cortex.connect`` opens
+    one, at the first call (or ``open()``), and shared by the adapters on
+    that URL with equal pool options in the event loop (one pool for them
+    all); ``close()`` releases this session's share on the running loop,
+    and the last share closed disposes the engine. ``session_settings``:
+    the default ``limit`` of ``get_items`` (a ``SessionSettings`` or a dict).
     Every method is cancellation-safe: a cancelled call's transaction is
     either committed or rolled back whole (cortex's transaction runner).
     """
@@ -134,11 +138,22 @@ class CortexSession:
 
     @property
     def store(self) -> Store:
-        """The cortex store underneath."""
+        """The cortex store underneath.
+
+        Raises:
+            InvalidInput: built on a URL, and not yet opened on the running loop.
+        """
         return self._backing.store
 
+    async def open(self) -> Store:
+        """Open the store now (a URL-built session opens it at its first call anyway)."""
+        return await self._backing.ready()
+
     async def close(self) -> None:
-        """Dispose the engine if this session opened it from a URL."""
+        """Release this session's share of a URL-built store (the last share disposes the engine).
+
+        Call it on each event loop the session was used on; a borrowed store stays open.
+        """
         await self._backing.close()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:

@@ -243,7 +243,7 @@ def test_first_writes_from_two_event_loops(database: Database, tenant: str) -> N
             finally:
                 await session.close()
 
-        results.append((key, asyncio.run(run())))
+        results.append((text, asyncio.run(run())))
 
     threads = [
         threading.Thread(target=worker, args=("shared", "one")),
@@ -254,7 +254,17 @@ def test_first_writes_from_two_event_loops(database: Database, tenant: str) -> N
     for t in threads:
         t.join()
     assert len(results) == 2
-    assert sorted(results[-1][1]) == ["one", "two"]
+    assert all(text in seen for text, seen in results)  # each read its own item back
+    assert max(len(seen) for _, seen in results) == 2  # the later writer read the other's too
+
+    async def read() -> list[Any]:
+        session = CortexSession("shared", database.app_url, scope=tenant)
+        try:
+            return contents(await session.get_items())
+        finally:
+            await session.close()
+
+    assert sorted(asyncio.run(read())) == ["one", "two"]
 
 
 async def test_insertion_order_wins_ties(session: CortexSession) -> None:
