@@ -143,12 +143,18 @@ class Backing:
             if pool_options:
                 raise InvalidInput("pool options apply only when the adapter opens its own store")
             self._borrowed = store_or_url
+        elif not isinstance(store_or_url, str | URL):
+            raise InvalidInput(
+                f"expected a Store or a database URL, got {type(store_or_url).__name__}"
+            )
         else:
             # Parsed now, so a bad URL is refused by the constructor.
             self._url = normalise_url(store_or_url)
             self._options = pool_options
         # The share this adapter holds on each event loop it has used.
         self._held: dict[asyncio.AbstractEventLoop, _Shared] = {}
+        if scope is not None and not isinstance(scope, Scope | str):
+            raise InvalidInput(f"scope: expected a Scope or a path, got {type(scope).__name__}")
         self._scope = None if scope is None else Scope.parse(str(scope))
 
     @property

@@ -48,3 +48,19 @@ def test_import_cortex_needs_no_framework() -> None:
         "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_backing_refuses_what_is_neither_a_store_nor_a_url() -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from cortex.integrations._backing import Backing
+
+    engine = create_async_engine("postgresql+asyncpg://x@y/z")
+    for wrong in (None, 5, b"postgresql://x@y/z", engine):
+        with pytest.raises(InvalidInput, match="a Store or a database URL"):
+            Backing(wrong, None)  # type: ignore[arg-type]
+    for scope in (5, b"acme", ["acme"]):
+        with pytest.raises(InvalidInput, match="scope"):
+            Backing("postgresql://x@y/z", scope)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="database URL"):
+        Backing("mysql://x@y/z", None)
