@@ -320,7 +320,6 @@ class CortexSessionService(BaseSessionService):
         Raises:
             SessionExists: the user already has a session with this id.
         """
-        store = await self._backing.ready()
         key = ("" if session_id is None else _key(session_id)) or str(uuid.uuid4())
         if state is not None and not isinstance(state, dict):
             raise InvalidInput(f"state: expected a dict, got {type(state).__name__}")
@@ -328,6 +327,7 @@ class CortexSessionService(BaseSessionService):
         created_at = time.time()
         app_scope, user_scope = self.app_scope(app_name), self.user_scope(app_name, user_id)
         scope_data = {str(s): d for s, d in ((app_scope, app), (user_scope, user)) if d}
+        store = await self._backing.ready()
         with use_scope(user_scope):
             try:
                 stored = await store.create_session(
@@ -356,15 +356,15 @@ class CortexSessionService(BaseSessionService):
         ``num_recent_events`` keeps the newest appended, ``after_timestamp``
         those at or after it.
         """
-        store = await self._backing.ready()
         key = _key(session_id)
         if config is not None and not isinstance(config, GetSessionConfig):
             raise InvalidInput(f"config: expected a GetSessionConfig, got {type(config).__name__}")
+        user_scope = self.user_scope(app_name, user_id)
         if not key:
             return None
-        user_scope = self.user_scope(app_name, user_id)
         recent = None if config is None else config.num_recent_events
         first = MAX_MESSAGE_LIMIT if recent is None else max(1, min(recent, MAX_MESSAGE_LIMIT))
+        store = await self._backing.ready()
         with use_scope(user_scope):
             # Two tries: a cached id whose session was deleted (and perhaps
             # created again under the same key elsewhere) is dropped and the
@@ -394,9 +394,9 @@ class CortexSessionService(BaseSessionService):
 
         Each carries its merged state and no events.
         """
-        store = await self._backing.ready()
         scope = self.app_scope(app_name) if user_id is None else self.user_scope(app_name, user_id)
         flt = ListFilter(agent_id=self._agent, exact=user_id is not None, limit=1000)
+        store = await self._backing.ready()
         with use_scope(scope):
             # One page is one statement (one round trip); a full page may
             # have more behind it: then walk them all from one snapshot.
@@ -412,11 +412,11 @@ class CortexSessionService(BaseSessionService):
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session with its events; a session that does not exist is no error."""
-        store = await self._backing.ready()
         key = _key(session_id)
+        user_scope = self.user_scope(app_name, user_id)
         if not key:
             return
-        user_scope = self.user_scope(app_name, user_id)
+        store = await self._backing.ready()
         with use_scope(user_scope):
             # Two tries, as in get_session: a cached id may name a session
             # deleted since, and the key another one, which is the one to delete.
@@ -433,9 +433,10 @@ class CortexSessionService(BaseSessionService):
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's ``user:`` state, keys without the prefix ({} if none)."""
+        user_scope = self.user_scope(app_name, user_id)
         store = await self._backing.ready()
         with use_scope(self._backing.base()):
-            stored = await store.get_scope_data(str(self.user_scope(app_name, user_id)))
+            stored = await store.get_scope_data(str(user_scope))
         return {k.removeprefix(State.USER_PREFIX): v for k, v in stored.items()}
 
     async def append_event(self, session: Session, event: Event) -> Event:
@@ -456,7 +457,6 @@ class CortexSessionService(BaseSessionService):
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        store = await self._backing.ready()
         delta = event.actions.state_delta if event.actions else {}
         app, user, own = _split(delta or {})
         app_scope = self.app_scope(session.app_name)
@@ -465,6 +465,7 @@ class CortexSessionService(BaseSessionService):
         marker = session._storage_update_marker
         marked = None if marker is None else _read_marker(marker)
         message = _message_of(event)
+        store = await self._backing.ready()
         with use_scope(user_scope):
             # Two tries, as in get_session: a cached id may name a session
             # deleted since (its key then names another one, or none).

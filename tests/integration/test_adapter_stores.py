@@ -13,6 +13,7 @@ import asyncio
 import logging
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import asyncpg
@@ -163,4 +164,30 @@ async def test_a_failed_or_cancelled_open_is_tried_again(
     await asyncio.gather(first, return_exceptions=True)
     await session.add_items([item("kept")])
     assert [cast(dict[str, Any], i)["content"] for i in await session.get_items()][-1] == "kept"
+    await session.close()
+
+
+async def test_bad_input_is_refused_before_the_store_opens(tenant: str) -> None:
+    nowhere = "postgresql://nobody@127.0.0.1:1/nothing"  # nothing listens: opening would fail
+    service = CortexSessionService(nowhere, scope=tenant)
+    session = CortexSession("s", nowhere, scope=tenant)
+    bad: Any = 5
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: service.create_session(app_name=bad, user_id="u"),
+        lambda: service.create_session(app_name="app", user_id="u", state=bad),
+        lambda: service.get_session(app_name="app", user_id=bad, session_id="s"),
+        lambda: service.get_session(app_name="app", user_id="u", session_id="s", config=bad),
+        lambda: service.list_sessions(app_name=bad),
+        lambda: service.delete_session(app_name="app", user_id="u", session_id=bad),
+        lambda: service.get_user_state(app_name="app", user_id=bad),
+        lambda: service.append_event(bad, Event(author="user")),
+        lambda: session.add_items([bad]),
+        lambda: session.get_items(limit=cast(Any, "3")),
+    ]
+    for call in calls:
+        with pytest.raises(cortex.InvalidInput):
+            await call()
+    with pytest.raises(cortex.DatabaseUnavailable):
+        await session.get_items()
+    await service.close()
     await session.close()
