@@ -147,7 +147,7 @@ def bounded_data(document: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     cortex.models.MAX_DATA_BYTES; every statement that writes the column
     calls it, so the limit costs nothing when the document does not change.
     """
-    return sa.func.cortex_bounded_data(document, type_=JSONB())
+    return sa.func.public.cortex_bounded_data(document, type_=JSONB())
 
 
 # Listing indexes. Every listing orders by (updated_at DESC, id DESC) and each

@@ -58,7 +58,12 @@ from cortex._cli_common import (
     literal,
 )
 from cortex._cli_sessions import add_session_commands
-from cortex._engine import SCHEMA_REVISION, make_engine
+from cortex._engine import (
+    FOREIGN_CREATORS_SQL,
+    SCHEMA_REVISION,
+    foreign_creators_warning,
+    make_engine,
+)
 from cortex._version import __version__
 from cortex.errors import CortexError, NotFound, SchemaMismatch, translate_errors
 
@@ -173,6 +178,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     _note_leftovers(url)
+    _warn_foreign_creators(url)
     return EXIT_OK
 
 
@@ -218,6 +224,14 @@ async def _count_routines(url: str) -> int:
         await engine.dispose()
 
 
+def _warn_foreign_creators(url: str) -> list[str]:
+    """Say on stderr who besides cortex's owner may create objects on its search path."""
+    creators = asyncio.run(_column(url, FOREIGN_CREATORS_SQL))
+    if creators:
+        print(f"cortex: WARNING: {foreign_creators_warning(creators)}", file=sys.stderr)
+    return creators
+
+
 def cmd_current(args: argparse.Namespace) -> int:
     url = database_url(args)
     found = asyncio.run(_read_revision(url))
@@ -225,6 +239,7 @@ def cmd_current(args: argparse.Namespace) -> int:
     routines = asyncio.run(_count_routines(url))
     wanted = _routines.wanted_count(distribution.distributed)
     left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
+    creators = _warn_foreign_creators(url)
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,
@@ -234,6 +249,7 @@ def cmd_current(args: argparse.Namespace) -> int:
         "routines": routines,
         "routines_expected": wanted,
         "leftover_indexes": left,
+        "foreign_creators": creators,
     }
     if args.json:
         emit_json(state)
@@ -398,6 +414,7 @@ def cmd_grant(args: argparse.Namespace) -> int:
         return EXIT_OK
     asyncio.run(_grant(database_url(args), role, statements))
     print(f"granted {role} what the cortex application role needs")
+    _warn_foreign_creators(database_url(args))
     return EXIT_OK
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cortex import _messages, _operator, _routines, _sessions
 from cortex._db import run_transaction
-from cortex._engine import check_schema, make_engine
+from cortex._engine import check_schema, foreign_creators_warning, make_engine
 from cortex._executor import Routines, Tx
 from cortex._messages import SessionHistory
 from cortex._snapshot import read_snapshot
@@ -138,7 +138,9 @@ async def open_store(url: str | URL, **pool_options: Any) -> Store:
                 "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
                 engine.url.username or "the login role",
             )
-        routines = await _installed_routines(engine)
+        if state.foreign_creators:
+            log.warning("cortex: %s", foreign_creators_warning(state.foreign_creators))
+        routines = {} if state.foreign_creators else await _installed_routines(engine)
     except BaseException:
         await engine.dispose()
         raise
