@@ -185,3 +185,20 @@ def test_upgrade_refuses_a_routine_another_role_made(db: Database) -> None:
     )
     with pytest.raises(SchemaMismatch, match=rf"cortex_r_0123456789abcdef01234567.*{db.app_role}"):
         upgrade(db.owner_url)
+
+
+async def test_an_operator_planted_for_varchar_binds_is_never_run(db: Database) -> None:
+    await admin(db.owner_url, f'GRANT CREATE ON SCHEMA public TO "{db.app_role}"')
+    body = _ESCALATE.format(role=db.app_role)
+    await _as_app(
+        db,
+        "CREATE FUNCTION public.planted_eq(a text, b varchar) RETURNS boolean"
+        f" LANGUAGE plpgsql AS $$ BEGIN {body} RETURN a = b::text; END $$",
+        "CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = varchar, FUNCTION = planted_eq)",
+    )
+    async with cortex.connect(db.owner_url) as store:
+        with use_scope(f"t{uuid.uuid4().hex[:8]}"):
+            created = await store.create_session("a", title="planted")
+            assert [s.id for s in await store.list_sessions()] == [created.id]
+            assert (await store.get_session(created.id)).title == "planted"
+    assert await _escalated(db) == (False, False)
