@@ -549,11 +549,21 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
     """Store :func:`oldest_compatible_code` of the database's revision (revision 20261201000010).
 
     Run after every online migration run; nothing to do before the table exists.
+
+    Raises:
+        SchemaMismatch: the table is not the one cortex made (another role
+            made it, below revision 20261201000010): nothing is written to it.
     """
     if not connection.execute(
         sa.text("SELECT to_regclass('cortex_schema_compat') IS NOT NULL")
     ).scalar():
         return
+    _ddl.check_on(
+        connection,
+        _ddl.relation_check(
+            "cortex_schema_compat", columns=("singleton boolean", "oldest_code_revision text")
+        ),
+    )
     heads = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
     if len(heads) != 1:
         return
