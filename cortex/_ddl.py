@@ -34,7 +34,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -159,7 +159,8 @@ REFUSED: Final = "CX001"
 _RELKIND: Final = (
     "CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index'"
     " WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'"
-    " WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' ELSE 'relation' END"
+    " WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type'"
+    " ELSE 'relation' END"
 )
 # Whether role ``r`` is one whose objects cortex takes as its own.
 _TRUSTED: Final = "(r.rolname = current_user OR r.rolsuper)"
@@ -356,16 +357,11 @@ END LOOP;"""
     return _block("    hit record;", body)
 
 
-class Policy:
-    """A permissive ``FOR ALL`` policy as PostgreSQL prints it back (``pg_get_expr``)."""
+class Policy(NamedTuple):
+    """A permissive ``FOR ALL`` policy to every role, as PostgreSQL prints it back (``pg_get_expr``)."""
 
-    __slots__ = ("checked", "roles", "using")
-
-    def __init__(self, using: str, checked: str, roles: str = "public") -> None:
-        self.using = using
-        self.checked = checked
-        # "public", or "current_user" for a policy TO CURRENT_USER.
-        self.roles = roles
+    using: str
+    checked: str
 
 
 # The tenant policy of every cortex table, as PostgreSQL prints its expressions back.
@@ -386,10 +382,9 @@ def policies_check(table: str, policies: Mapping[str, Policy | None]) -> str:
     for policy, form in policies.items():
         if form is None:
             continue
-        roles = "ARRAY['public']" if form.roles == "public" else "ARRAY[current_user::text]"
         compare.append(
             f"    IF hit.name = {_literal(policy)} AND (NOT hit.polpermissive"
-            f" OR hit.polcmd <> '*' OR hit.roles <> {roles}"
+            f" OR hit.polcmd <> '*' OR hit.roles <> ARRAY['public']"
             f" OR hit.qual IS DISTINCT FROM {_literal(form.using)}"
             f" OR hit.checked IS DISTINCT FROM {_literal(form.checked)}) THEN\n"
             "        "

@@ -355,6 +355,8 @@ def backfill(
             time.sleep(0.5)
         conn.commit()
         try:
+            # What a migration run refuses first: the backfill runs cortex's statements too.
+            _ddl.check_on(conn, _ddl.preflight_check())
             heads = MigrationContext.configure(conn).get_current_heads()
             conn.commit()
             script = ScriptDirectory.from_config(alembic_config())

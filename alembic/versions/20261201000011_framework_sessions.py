@@ -110,7 +110,8 @@ def _policy_exists() -> bool:
     if op.get_context().as_sql:
         return False
     found = op.get_bind().exec_driver_sql(
-        "SELECT 1 FROM pg_policies WHERE tablename = 'scope_data' AND policyname = 'tenant_isolation'"
+        "SELECT 1 FROM pg_policies WHERE schemaname = current_schema()"
+        " AND tablename = 'scope_data' AND policyname = 'tenant_isolation'"
     )
     return found.first() is not None
 

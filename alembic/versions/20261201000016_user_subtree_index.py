@@ -203,12 +203,9 @@ def upgrade() -> None:
     ddl.check(
         ddl.relation_check("sessions", having={"scope_l3": "text"}),
         ddl.function_check(FUNCTION, ""),
+        # The fill policy of a killed run is dropped and made again, whatever its form.
         ddl.policies_check(
-            "sessions",
-            {
-                "tenant_isolation": ddl.TENANT_ISOLATION,
-                FILL_POLICY: ddl.Policy("true", "true", roles="current_user"),
-            },
+            "sessions", {"tenant_isolation": ddl.TENANT_ISOLATION, FILL_POLICY: None}
         ),
         *(ddl.relation_check(name, "index", on="sessions") for name in INDEXES),
     )

@@ -12,6 +12,8 @@ it, so the revision's own checks are proved too.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -304,6 +306,22 @@ def test_a_planted_shadow_of_a_catalog_function_is_refused(planted: Planted) -> 
     assert current(planted.owner) == [before]
 
 
+def test_the_catch_up_backfill_refuses_a_planted_shadow(
+    planted: Planted, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upgrade(planted.owner)
+    execute(
+        planted.planter,
+        "CREATE FUNCTION split_part(a text, b text, n bigint) RETURNS text"
+        " LANGUAGE sql AS $$ SELECT a $$",
+    )
+    capsys.readouterr()
+    assert main(["--database-url", planted.owner, "db", "backfill"]) != 0
+    err = capsys.readouterr().err
+    assert "split_part(text,text,bigint)" in err, err
+    assert planted.role in err, err
+
+
 def test_a_planted_routine_name_is_refused(planted: Planted) -> None:
     upgrade(planted.owner)
     execute(
@@ -311,6 +329,63 @@ def test_a_planted_routine_name_is_refused(planted: Planted) -> None:
         "CREATE FUNCTION cortex_r_planted(tenant text) RETURNS int LANGUAGE sql AS $$ SELECT 1 $$",
     )
     _refused(planted.owner, "head", "cortex_r_planted", planted.role)
+
+
+def test_a_planted_type_in_a_table_s_name_is_refused(planted: Planted, layer: str) -> None:
+    before = "20261201000010"
+    upgrade(planted.owner, before)
+    execute(planted.planter, "CREATE TYPE scope_data AS (tenant_id text)")
+    _refused(planted.owner, "head", "type scope_data", planted.role)
+    assert current(planted.owner) == [before]
+
+
+def test_an_extension_another_role_created_is_refused(planted: Planted) -> None:
+    """pg_trgm is trusted: a role with CREATE on the database may create it, and owns it then."""
+    database = fetch(planted.owner, "SELECT current_database() AS d")[0]["d"]
+    execute(planted.owner, f'GRANT CREATE ON DATABASE "{database}" TO "{planted.role}"')
+    execute(planted.planter, "CREATE EXTENSION pg_trgm")
+    _refused(planted.owner, "head", "extension pg_trgm", planted.role)
+    assert _owner_of(planted.owner, "sessions") is None
+    execute(planted.owner, f'REVOKE CREATE ON DATABASE "{database}" FROM "{planted.role}"')
+
+
+def test_extensions_a_superuser_created_are_cortex_s(server_url: str) -> None:
+    """A DBA may create the extensions before a plain owner migrates: a superuser is trusted."""
+    with plain_owner_database(server_url) as (as_owner, as_super):
+        execute(as_super, "CREATE EXTENSION pg_trgm", "CREATE EXTENSION btree_gin")
+        upgrade(as_owner)
+        assert current(as_owner) == [_head()]
+
+
+def test_the_offline_script_refuses_a_planted_table_too(planted: Planted) -> None:
+    """``cortex db sql`` run by psql: the checks are in the script and stop it."""
+    before = "20261201000010"
+    upgrade(planted.owner, before)
+    execute(planted.planter, SCOPE_DATA)
+    command = [sys.executable, "-m", "cortex", "--database-url", planted.owner, "db", "sql"]
+    script = subprocess.run(
+        [*command, f"{before}:head"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    run = subprocess.run(
+        ["psql", "-v", "ON_ERROR_STOP=1", "-q", planted.owner],
+        input=script,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0
+    assert "scope_data" in run.stderr, run.stderr
+    assert planted.role in run.stderr, run.stderr
+    assert current(planted.owner) == [before]
+    assert not _has_column(planted.owner, "sessions", "session_key")
+
+
+def _head() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
 
 
 # --- what cortex made itself passes -------------------------------------------------
