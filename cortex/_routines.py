@@ -371,7 +371,7 @@ async def install(
             await driver.execute(f"COMMENT ON FUNCTION {name} IS '{definition.key}'")
             if distributed:
                 await driver.execute(
-                    "SELECT create_distributed_function($1::regprocedure, $2,"
+                    "SELECT pg_catalog.create_distributed_function($1::regprocedure, $2,"
                     " colocate_with := 'sessions')",
                     definition.signature,
                     f"${definition.tenant}",
