@@ -49,6 +49,7 @@ __all__ = [
     "insert_session",
     "lock_session_id",
     "merge_scope_data",
+    "page_sessions",
     "resolve_default",
     "resolve_key",
     "row_to_session",
@@ -109,6 +110,14 @@ SESSION_COLUMNS: Final = (
     MERGED_DATA.label("data"),
 )
 
+# Whether the tenant keeps any scope state: an uncorrelated EXISTS, one
+# InitPlan per statement, on every row of a listing page. Only then does the
+# page read its scopes' documents (select_page). The tenant is the bound
+# parameter, as in MERGED_DATA.
+HAS_SCOPE_STATE: Final = sa.exists().where(
+    scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text())
+)
+
 # For INSERT ... RETURNING on Citus, which refuses a subquery there: the
 # session's own document only; the caller then reads the session back.
 INSERTED_COLUMNS: Final = (sessions.c.id,)
@@ -136,8 +145,11 @@ def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) ->
 _STATE_OF: Final = {state.value: state for state in SessionState}
 
 
-def row_to_session(row: Row) -> Session:
+def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS.
+
+    ``data``: the session's state, merged already (a listing's row, whose
+    ``data`` column is its own document only: :func:`page_sessions`).
 
     The values are written in ``Session``'s field order (a unit test holds
     the two in step), so the model takes the dict as it is: a page of 100
@@ -158,7 +170,7 @@ def row_to_session(row: Row) -> Session:
             "state": _STATE_OF[row["state"]],
             "pending_count": row["pending_count"],
             "key": row["session_key"],
-            "data": decode_data(row["data"]),
+            "data": decode_data(row["data"]) if data is None else data,
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
@@ -180,6 +192,59 @@ def decode_data(text: str) -> dict[str, Any]:
         return {}  # most sessions
     # Its values are JSON strings: only their own texts can hold a number.
     return {key: decode_json(value) for key, value in decode_json_of_strings(text).items()}
+
+
+def _jsonb_order(key: str) -> tuple[int, str]:
+    """Where jsonb puts a key: shorter UTF-8 first, then by bytes (code point order is the same)."""
+    return (len(key) if key.isascii() else len(key.encode()), key)
+
+
+def _inherited(path: str, documents: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The documents of the scopes on ``path``, outer first, merged in jsonb's key order."""
+    found = [d for ancestor in _ancestors(path) if (d := documents.get(ancestor))]
+    if len(found) == 1:
+        return found[0]  # decoded from jsonb: already in its order
+    merged: dict[str, Any] = {}
+    for document in found:
+        merged.update(document)
+    return {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
+
+
+def _ancestors(path: str) -> list[str]:
+    """The paths of the scopes on ``path``, outer first, itself last."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def page_sessions(rows: list[Row], documents: dict[str, str]) -> list[Session]:
+    """The sessions of a listing page (:func:`_page_statement`), each with its merged state.
+
+    ``documents``: the stored text of each scope document on the rows'
+    paths (scope path to text). Each is decoded once for the page: a row's
+    ``data`` is a dict of its own, in the key order a single read gives
+    (jsonb's), whose values from a scope document are the same objects in
+    every row of the page.
+    """
+    if not documents:
+        return [row_to_session(row) for row in rows]
+    decoded = {path: decode_data(text) for path, text in documents.items()}
+    inherited: dict[str, dict[str, Any]] = {}
+    out = []
+    for row in rows:
+        path = row["scope"]
+        base = inherited.get(path)
+        if base is None:
+            base = inherited[path] = _inherited(path, decoded)
+        own = decode_data(row["data"])
+        if not base:
+            data = own
+        elif own.keys() <= base.keys():
+            data = {**base, **own}  # no new key: the base's order holds
+        else:
+            merged = {**base, **own}
+            data = {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
+        out.append(row_to_session(row, data))
+    return out
 
 
 def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:
@@ -339,10 +404,31 @@ def _delete_markers_statement() -> sa.Delete:
 def _page_statement(
     shape: FilterShape, *, cursor: bool, offset: bool
 ) -> sa.Select[*tuple[Any, ...]]:
-    stmt = sa.select(*SESSION_COLUMNS).where(session_predicate(shape))
+    """A listing page: its rows with their own state documents, not merged ones.
+
+    A merged document per row would repeat every ancestor scope's document
+    in every row of the page; :func:`select_page` reads those documents
+    once for the page instead (:func:`_scope_documents_statement`).
+    """
+    stmt = sa.select(
+        *SESSION_COLUMNS[:-1],
+        sa.func.coalesce(sa.cast(sessions.c.data, sa.Text()), sa.literal_column("'{}'")).label(
+            "data"
+        ),
+        HAS_SCOPE_STATE.label("has_scope_state"),
+    ).where(session_predicate(shape))
     if cursor:
         stmt = stmt.where(after_cursor())
     return page(stmt, offset=offset)
+
+
+@cache
+def _scope_documents_statement() -> sa.Select[*tuple[Any, ...]]:
+    """The state documents stored at any of the paths ``d_paths`` (a page's scopes and their ancestors)."""
+    return sa.select(scope_data.c.scope, sa.cast(scope_data.c.data, sa.Text()).label("data")).where(
+        scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        scope_data.c.scope == sa.any_(sa.bindparam("d_paths", type_=ARRAY(sa.Text()))),
+    )
 
 
 @cache
@@ -601,7 +687,21 @@ async def select_page(
     if after is not None:
         params.update(cursor_params(*after))
     rows = (await conn.execute(stmt, params)).all()
-    return [row_to_session(row) for row in rows]
+    return page_sessions(rows, await _page_documents(conn, scope, rows))
+
+
+async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, str]:
+    """The stored scope documents on the paths of a page's rows, read once for the page.
+
+    A second statement, and only when the tenant keeps scope state (the
+    page's ``has_scope_state``): a page's cost stays its own rows'.
+    """
+    if not rows or not rows[0]["has_scope_state"]:
+        return {}
+    paths = sorted({ancestor for row in rows for ancestor in _ancestors(row["scope"])})
+    params = {"scope_tenant": scope.tenant, "d_paths": paths}
+    found = (await conn.execute(_scope_documents_statement(), params)).all()
+    return {row["scope"]: row["data"] for row in found}
 
 
 async def count_sessions(
