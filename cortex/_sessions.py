@@ -7,13 +7,15 @@ Every statement gets its tenant and scope condition from cortex._filters.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from functools import cache
 from typing import Any, Final
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._db import RetryTransaction
@@ -46,6 +48,7 @@ __all__ = [
     "data_too_large",
     "decode_data",
     "delete_session",
+    "deltas_digest",
     "insert_session",
     "lock_session_id",
     "merge_scope_data",
@@ -194,6 +197,23 @@ def decode_data(text: str) -> dict[str, Any]:
     return {key: decode_json(value) for key, value in decode_json_of_strings(text).items()}
 
 
+def deltas_digest(data_delta: str | None, scope_deltas: dict[str, str] | None = None) -> bytes:
+    """The SHA-256 of a call's state deltas as stored, whatever order their keys came in.
+
+    What a keyed call (caller-chosen ids) records of its deltas, so that a
+    replay can be told from another call with the same ids: the state they
+    were merged into may have changed since. No deltas is a digest too.
+    """
+    canonical = {
+        "data": {} if data_delta is None else decode_json_of_strings(data_delta),
+        "scope_data": {
+            path: decode_json_of_strings(text) for path, text in (scope_deltas or {}).items()
+        },
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).digest()
+
+
 def _jsonb_order(key: str) -> tuple[int, str]:
     """Where jsonb puts a key: shorter UTF-8 first, then by bytes (code point order is the same)."""
     return (len(key) if key.isascii() else len(key.encode()), key)
@@ -291,6 +311,7 @@ def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.I
         "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
         "session_key": sa.bindparam("new_key", type_=sa.Text()),
         "data": bounded_data(sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())),
+        "scope_deltas_digest": sa.bindparam("new_scope_digest", type_=BYTEA()),
         **_scope_values(),
     }
     if not caller_chosen_id:
@@ -335,8 +356,8 @@ def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
     """The session holding a caller-chosen id in this tenant, and whether it is this create's.
 
     "Same" means the same agent at the same exact scope with the same
-    title, metadata text and default flag: what a retry of this very call
-    would have created. Only then is the session returned; it is then
+    title, metadata text, default flag, key, state document and scope_data
+    deltas (their digest): what a retry of this very call would have created. Only then is the session returned; it is then
     visible from the caller's scope anyway.
     """
     same = sa.and_(
@@ -348,6 +369,11 @@ def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
         sessions.c.session_key.is_not_distinct_from(sa.bindparam("new_key", type_=sa.Text())),
         sessions.c.data.is_not_distinct_from(
             sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())
+        ),
+        # The create's scope_data, by digest; NULL: created by a release that kept none.
+        sa.or_(
+            sessions.c.scope_deltas_digest.is_(None),
+            sessions.c.scope_deltas_digest == sa.bindparam("new_scope_digest", type_=BYTEA()),
         ),
     )
     return sa.select(*SESSION_COLUMNS, same.label("same")).where(
@@ -526,9 +552,10 @@ async def insert_session(
     caller_chosen_id: bool = False,
     key: str | None = None,
     data_json: str | None = None,
+    scope_deltas: dict[str, str] | None = None,
     distributed: bool = False,
 ) -> Session:
-    """Insert a session at exactly ``scope``.
+    """Insert a session at exactly ``scope``; merge ``scope_deltas`` into its scopes' documents.
 
     ``distributed`` (Citus): the INSERT returns the id only, and the session
     is read back by a second statement: Citus refuses the merged-state
@@ -545,8 +572,9 @@ async def insert_session(
 
     ``caller_chosen_id``: the caller picked ``session_id``, so this may be a retry of
     its own create whose reply was lost. If the id is taken by the session
-    this call would create (same agent, exact scope, title, metadata and
-    default flag), that session is returned and nothing is written. A taken
+    this call would create (same agent, exact scope, title, metadata, key,
+    state, scope deltas and default flag), that session is returned and
+    nothing is written: the deltas are not merged again. A taken
     id otherwise is Conflict; the error names the id only, never anything of
     the session holding it, which may live in a scope the caller cannot see.
     Ids are unique per tenant, so that Conflict is all a caller learns:
@@ -564,6 +592,8 @@ async def insert_session(
         "new_is_default": is_default,
         "new_key": key,
         "new_data": data_json,
+        # What a retry must match of the scope deltas (deltas_digest).
+        "new_scope_digest": deltas_digest(None, scope_deltas) if caller_chosen_id else None,
         # The tenant the merged-state subquery of SESSION_COLUMNS reads by.
         "scope_tenant": scope.tenant,
         **scope_columns(scope),
@@ -607,6 +637,10 @@ async def insert_session(
             # run again, and the check above tells a retry from a clash.
             raise RetryTransaction from exc
         raise Conflict(taken) from exc
+    if scope_deltas:
+        await merge_scope_data(conn, scope, session_id, scope_deltas)
+        # Read again: the merged view now includes the scopes' documents.
+        return await select_session(conn, scope, session_id)
     if distributed:
         return await select_session(conn, scope, session_id)
     return row_to_session(row)

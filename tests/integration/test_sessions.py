@@ -426,3 +426,31 @@ async def test_every_listing_merges_scope_state_as_a_single_read_does(
     assert len(walked) == len(made)
     with use_scope(f"{tenant}/nobody"):
         assert await store.list_sessions() == []
+
+
+async def test_a_create_replayed_writes_no_scope_state_and_compares_it(
+    store: cortex.Store, tenant: str
+) -> None:
+    """A caller-chosen id keys the whole create, its ``scope_data`` included."""
+    sid = format_id("ses", new_uuid())
+    with use_scope(f"{tenant}/team"):
+        made = await store.create_session("bot", session_id=sid, scope_data={tenant: {"s": 1}})
+        other = await store.create_session("bot")
+        await store.append_messages(
+            other.id, [NewMessage("user", "x")], scope_data={tenant: {"s": 2}}
+        )
+        # The same create again: the session as it is now, and nothing merged again.
+        again = await store.create_session("bot", session_id=sid, scope_data={tenant: {"s": 1}})
+        assert again.id == made.id
+        assert again.data == {"s": 2}
+        assert await store.get_scope_data(tenant) == {"s": 2}
+        for scope_data in ({tenant: {"s": 3}}, None, {f"{tenant}/team": {"s": 1}}):
+            with pytest.raises(Conflict, match="taken"):
+                await store.create_session("bot", session_id=sid, scope_data=scope_data)
+        assert await store.get_scope_data(tenant) == {"s": 2}
+        assert await store.get_scope_data(f"{tenant}/team") == {}
+        plain = format_id("ses", new_uuid())
+        await store.create_session("bot", session_id=plain)
+        with pytest.raises(Conflict, match="taken"):
+            await store.create_session("bot", session_id=plain, scope_data={tenant: {"s": 4}})
+        assert await store.get_scope_data(tenant) == {"s": 2}
