@@ -38,7 +38,7 @@ __all__ = [
 # head of alembic/versions.
 log = logging.getLogger("cortex")
 
-SCHEMA_REVISION: Final = "20261203000018"
+SCHEMA_REVISION: Final = "20261204000019"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own

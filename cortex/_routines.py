@@ -126,6 +126,8 @@ def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
         _sessions._default_statement(),
         _sessions._resolve_key_statement(distributed),
         _sessions._by_key_statement(),
+        # A listing page's scope documents, read after the page (cortex._sessions.select_page).
+        _sessions._scope_documents_statement(),
     ]
     for depth in _DEPTHS:
         out.append(_sessions._select_statement(depth, False))
