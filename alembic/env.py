@@ -25,6 +25,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from alembic import context
+from cortex import _ddl
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
 from cortex.migrate import (
@@ -65,6 +66,8 @@ def run_migrations_offline() -> None:
         transaction_per_migration=True,
     )
     with context.begin_transaction():
+        # The script refuses, as an online run does, another role's objects in cortex's way.
+        context.execute(_ddl.preflight_check())
         context.run_migrations()
 
 
@@ -85,6 +88,11 @@ def _lock(connection: Connection) -> None:
 def _do_run_migrations(connection: Connection) -> None:
     _lock(connection)
     try:
+        # Before Alembic reads (or creates) alembic_version: nothing planted by another role.
+        try:
+            _ddl.check_on(connection, _ddl.preflight_check())
+        finally:
+            connection.rollback()
         going_to = config.attributes.get("downgrade_to")
         if going_to is not None:
             # Under the lock, before any step runs: a Citus database has a floor.

@@ -192,6 +192,7 @@ class SameSql:
             "m_more_responses": [None] * k,
             "m_metadata": ["{}"] * k,
             "m_payloads": [None] * k,
+            "deltas_digest": None,
         }
         if k == 1:  # cortex binds one message's fields as scalars (cortex._messages._row_values)
             one: dict[str, Any] = {"m_id_0": new_uuid(), "m_role_0": "user", "m_content_0": text}
@@ -204,6 +205,7 @@ class SameSql:
                     "m_more_requested",
                     "m_more_responses",
                     "m_payload",
+                    "m_digest",
                 )
             )
             return bind(self._append_one[1], {**values, **one})
@@ -224,6 +226,7 @@ class SameSql:
             "new_is_default": False,
             "new_key": None,
             "new_data": None,
+            "new_scope_digest": None,
             "scope_tenant": self.scope.tenant,
             **scope_columns(self.scope),
         }

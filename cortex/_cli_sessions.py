@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from cortex._cli_common import (
@@ -18,6 +18,7 @@ from cortex._cli_common import (
     UsageError,
     console,
     emit_json,
+    json_text,
     literal,
     say,
     when,
@@ -60,10 +61,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for s in found:
         table.add_row(
-            s.id,
-            s.state.value,
+            literal(s.id),
+            literal(s.state.value),
             literal(s.agent_id),
-            str(s.scope),
+            literal(str(s.scope)),
             literal(s.title or "-"),
             str(s.message_count),
             when(s.updated_at),
@@ -73,8 +74,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _indented_json(value: Any, depth: int = 6) -> str:
-    return textwrap.indent(json.dumps(value, indent=2, ensure_ascii=False), " " * depth).lstrip()
+def _say_json(out: Console, first: str, value: Any, depth: int) -> None:
+    """``first`` followed by ``value`` as indented JSON, its later lines ``depth`` spaces in."""
+    lines = json_text(value, indent=2).split("\n")
+    say(out, first + lines[0])
+    for line in lines[1:]:
+        say(out, " " * depth + line)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -85,7 +90,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     out = console()
     s = detail.session
     say(out, f"{s.id}  {detail.state.value}")
-    for label, value in (
+    fields: tuple[tuple[str, str], ...] = (
         ("agent", s.agent_id),
         ("key", s.key if s.key is not None else "-"),
         ("scope", str(s.scope)),
@@ -97,16 +102,21 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("updated", when(s.updated_at)),
         ("abort reason", detail.abort_reason or "-"),
         ("interrupt reason", detail.interrupt_reason or "-"),
-        ("metadata", _indented_json(s.metadata, 20) if s.metadata else "-"),
-        ("state data", _indented_json(s.data, 20) if s.data else "-"),
-    ):
+    )
+    for label, value in fields:
         say(out, f"  {label:>16}: {value}")
+    for label, data in (("metadata", s.metadata), ("state data", s.data)):
+        if data:
+            _say_json(out, f"  {label:>16}: ", data, 20)
+        else:
+            say(out, f"  {label:>16}: -")
     if not detail.pending:
         say(out, "  no pending inputs")
     for p in detail.pending:
+        say(out)
         say(
             out,
-            f"\n  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}, "
+            f"  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}, "
             f"by {p.author or '-'}): {p.message or '-'}",
         )
         shown: tuple[tuple[str, Any], ...] = (
@@ -117,15 +127,15 @@ def cmd_show(args: argparse.Namespace) -> int:
             if data is None:
                 continue
             # The JSON on its own lines, indented beneath its label.
-            body = textwrap.indent(json.dumps(data, indent=2, ensure_ascii=False), " " * 6)
-            say(out, f"    {name}:\n{body}")
+            say(out, f"    {name}:")
+            _say_json(out, " " * 6, data, 6)
     return EXIT_OK
 
 
 def _describe(m: Message) -> str:
     extra = "".join(f"  [asks {q.interrupt_id}: {q.message}]" for q in m.requested_inputs)
     for a in m.function_responses:
-        extra += f"  [answers {a.id}: {json.dumps(a.response, ensure_ascii=False)}]"
+        extra += f"  [answers {a.id}: {json_text(a.response)}]"
     return f"{m.content}{extra}"
 
 
@@ -152,7 +162,11 @@ def cmd_messages(args: argparse.Namespace) -> int:
         table.add_column(column, overflow="fold")
     for m in history.messages:
         table.add_row(
-            str(m.seq), when(m.created_at), m.role, literal(m.author), literal(_describe(m))
+            str(m.seq),
+            when(m.created_at),
+            literal(m.role),
+            literal(m.author),
+            literal(_describe(m)),
         )
     console().print(table)
     return EXIT_OK

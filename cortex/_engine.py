@@ -23,11 +23,13 @@ from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 __all__ = [
     "CHECKOUTS",
     "CONNECT_TIMEOUT",
+    "FOREIGN_CREATORS_SQL",
     "SCHEMA_REVISION",
     "SchemaState",
     "check_schema",
     "connect_options",
     "driver_dsn",
+    "foreign_creators_warning",
     "make_engine",
     "normalise_url",
 ]
@@ -36,7 +38,7 @@ __all__ = [
 # head of alembic/versions.
 log = logging.getLogger("cortex")
 
-SCHEMA_REVISION: Final = "20261203000018"
+SCHEMA_REVISION: Final = "20261204000019"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own
@@ -242,6 +244,8 @@ class SchemaState(NamedTuple):
     bypasses_rls: bool
     # cortex's tables are distributed by Citus (see cortex._filters.search_clause).
     distributed: bool
+    # Who could plant objects where this connection's names resolve ("public: PUBLIC").
+    foreign_creators: tuple[str, ...] = ()
 
 
 # pg_dist_partition exists only with the citus extension: asked only then.
@@ -251,6 +255,57 @@ SELECT EXISTS (
     WHERE logicalrelid = pg_catalog.to_regclass('sessions')
 )
 """
+
+# Every schema on the connection's search path in which a role other than
+# cortex's owner (the owner of ``sessions``), a member of it or a superuser may
+# create objects: such a role could plant a function or an operator that
+# cortex's statements would resolve to and run with the caller's rights.
+# pg_database_owner stands for the database's owner, which is checked itself.
+FOREIGN_CREATORS_SQL: Final = """
+WITH owner AS (
+    SELECT c.relowner AS oid FROM pg_catalog.pg_class AS c
+    WHERE c.oid = pg_catalog.to_regclass('sessions')
+), path AS (
+    SELECT n.oid, n.nspname, n.nspacl, n.nspowner
+    FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) AS s(name)
+    JOIN pg_catalog.pg_namespace AS n ON n.nspname = s.name
+    WHERE n.nspname <> 'pg_catalog'
+), open_to_all AS (
+    SELECT p.oid, p.nspname FROM path AS p
+    WHERE EXISTS (
+        SELECT FROM pg_catalog.aclexplode(
+            coalesce(p.nspacl, pg_catalog.acldefault('n', p.nspowner))
+        ) AS a
+        WHERE a.grantee = 0 AND a.privilege_type = 'CREATE'
+    )
+)
+SELECT o.nspname::text || ': PUBLIC' FROM open_to_all AS o
+UNION ALL
+SELECT p.nspname::text || ': ' || r.rolname::text
+FROM path AS p CROSS JOIN owner AS w
+JOIN pg_catalog.pg_roles AS r
+  ON NOT r.rolsuper
+ AND r.oid <> w.oid
+ AND r.rolname <> 'pg_database_owner'
+ AND NOT pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER')
+ AND pg_catalog.has_schema_privilege(r.oid, p.oid, 'CREATE')
+WHERE p.oid NOT IN (SELECT oid FROM open_to_all)
+ORDER BY 1
+"""
+
+
+def foreign_creators_warning(creators: tuple[str, ...] | list[str]) -> str:
+    """What cortex says when roles other than its owner may create objects on its search path."""
+    shown = ", ".join(creators[:5]) + (
+        f" and {len(creators) - 5} more" if len(creators) > 5 else ""
+    )
+    return (
+        f"roles other than cortex's owner may create objects in cortex's schema or on the"
+        f" search path ({shown}): such a role can plant a function or an operator that"
+        " cortex's statements would run with the caller's rights, so the store uses no"
+        " routines. Revoke it (REVOKE CREATE ON SCHEMA public FROM PUBLIC, or from the"
+        " role) and see SECURITY.md, Schema rights"
+    )
 
 
 async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> SchemaState:
@@ -296,7 +351,21 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
                 sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
             )
             distributed = bool(citus) and bool(await conn.scalar(sa.text(DISTRIBUTED_SQL)))
-    state = SchemaState(bool(bypasses), distributed)
+            home = await conn.scalar(
+                sa.text(
+                    "SELECT c.relnamespace::regnamespace::text FROM pg_catalog.pg_class AS c"
+                    " WHERE c.oid = pg_catalog.to_regclass('sessions')"
+                )
+            )
+            creators = tuple(
+                str(c) for c in (await conn.scalars(sa.text(FOREIGN_CREATORS_SQL))).all()
+            )
+    state = SchemaState(bool(bypasses), distributed, creators)
+    if home is not None and home != "public":
+        # Its statements call its functions by their qualified names in public.
+        raise SchemaMismatch(
+            f"cortex's tables resolve to schema {home}: cortex lives in schema public"
+        )
     if list(found) == [expected]:
         return state
     if (

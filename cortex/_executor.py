@@ -16,6 +16,7 @@ from typing import Any, Final
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+from sqlalchemy.sql import sqltypes
 
 from cortex.errors import DatabaseError
 
@@ -132,7 +133,25 @@ class Composite:
         return routine_key(f"{_compile(self.first).sql}\n;\n{_compile(self.then).sql}")
 
 
-_DIALECT: Final = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
+class _TextBind(sqltypes.Text):
+    """A text bind sent as ``$n::TEXT``, where the asyncpg dialect sends every string as varchar.
+
+    cortex's columns are text: with varchar binds an operator or function
+    planted with a (text, varchar) signature would be an exact match and
+    win over the built-in one.
+    """
+
+    render_bind_cast = True
+
+
+class _Dialect(pg_asyncpg.PGDialect_asyncpg):
+    colspecs = {  # noqa: RUF012  # SQLAlchemy's class attribute, read-only here
+        **pg_asyncpg.PGDialect_asyncpg.colspecs,
+        sqltypes.Text: _TextBind,
+    }
+
+
+_DIALECT: Final = _Dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
 # Scope bind values (cortex._filters.scope_params) travel together: a shape
 # that needs only the tenant still receives the path and range bounds. Any

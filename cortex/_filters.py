@@ -201,12 +201,21 @@ def search_clause(shape: FilterShape) -> ColumnElement[bool]:
             # the ids fetch (a review's race test listed stale matches).
             candidate = sessions.c.id == sa.any_(sa.bindparam("search_ids", type_=_UUIDS))
             return sa.and_(candidate, matches)
-        ids = sa.func.cortex_search_ids(pattern, type_=UUID(as_uuid=True))
+        ids = sa.func.public.cortex_search_ids(_exact_text(pattern), type_=UUID(as_uuid=True))
         return sessions.c.id.in_(sa.select(ids))
     return matches
 
 
 _UUIDS: Final = ARRAY(UUID(as_uuid=True))
+
+
+def _exact_text(value: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``value`` as ``text``, the exact type of cortex's search functions' arguments.
+
+    A bind is sent as varchar: a function planted with a varchar signature
+    would be an exact match and win over cortex's own.
+    """
+    return sa.cast(value, sa.Text())
 
 
 def searches_tenant(shape: FilterShape) -> bool:
@@ -222,7 +231,9 @@ def tenant_search_statement() -> sa.Select[tuple[list[uuid.UUID]]]:
     the tenant's shard, served by the shard's trigram indexes.
     """
     return sa.select(
-        sa.func.cortex_tenant_search(_text("scope_tenant"), _text("search_pattern"), type_=_UUIDS)
+        sa.func.public.cortex_tenant_search(
+            _exact_text(_text("scope_tenant")), _exact_text(_text("search_pattern")), type_=_UUIDS
+        )
     )
 
 

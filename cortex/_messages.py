@@ -23,6 +23,7 @@ from cortex._operator import record_inputs
 from cortex._sessions import (
     SESSION_COLUMNS,
     data_too_large,
+    deltas_digest,
     merge_scope_data,
     row_to_session,
     select_session,
@@ -282,6 +283,7 @@ def _insert_rows_statement(count: int) -> sa.Insert:
             # The host's JSON text, verbatim (json keeps its input text exactly).
             "metadata_json": sa.cast(text(f"m_metadata_{i}"), JSON()),
             "payload_json": sa.cast(text(f"m_payload_{i}"), JSON()),
+            "deltas_digest": sa.bindparam(f"m_digest_{i}", type_=BYTEA()),
             "created_at": sa.bindparam("m_created_at", type_=sa.DateTime(timezone=True)),
         }
         for i in range(count)
@@ -294,7 +296,12 @@ def _insert_rows_statement(count: int) -> sa.Insert:
 
 
 async def _append_routed(
-    conn: Tx, scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, extra: dict[str, Any]
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    batch: EncodedBatch,
+    extra: dict[str, Any],
+    digest: bytes | None,
 ) -> list[Row]:
     """The append as two single-shard router statements: the counter UPDATE, then the rows.
 
@@ -304,7 +311,7 @@ async def _append_routed(
     cost less there (docs/citus.md). The row lock the UPDATE takes is held
     until COMMIT, so the numbering is as gap-free as the one-statement form.
     """
-    params = _append_params(scope, session_id, batch)
+    params = _append_params(scope, session_id, batch, digest)
     bump = {**scope_params(scope), **{k: params[k] for k in ("target_id", "batch_size", "preview")}}
     with_data, expected = "data_delta" in extra, "expected_count" in extra
     n = len(batch.messages)
@@ -312,7 +319,7 @@ async def _append_routed(
         # Autocommit: both statements in one routine, run on the tenant's
         # worker (cortex._routines); NeedsTransaction if it is not installed.
         composite = routed_append(depth_class(scope), with_data, expected)
-        values = _row_values(scope, session_id, batch, range(1))
+        values = _row_values(scope, session_id, batch, range(1), digest)
         return (await conn.call(composite, {**bump, **extra, **values})).all()
     stmt = _bump_statement(depth_class(scope), with_data, expected)
     bumped = (await conn.execute(stmt, {**bump, **extra})).first()
@@ -324,7 +331,7 @@ async def _append_routed(
     # INSERT ... VALUES, still under the row lock the UPDATE holds.
     for start in range(0, n, _ROUTED_BATCH):
         chunk = range(start, min(start + _ROUTED_BATCH, n))
-        values = _row_values(scope, session_id, batch, chunk)
+        values = _row_values(scope, session_id, batch, chunk, digest)
         values["m_created_at"] = bumped["updated_at"]
         for j, i in enumerate(chunk):
             values[f"m_seq_{j}"] = first + i
@@ -333,12 +340,20 @@ async def _append_routed(
 
 
 def _row_values(
-    scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, chunk: range
+    scope: Scope,
+    session_id: uuid.UUID,
+    batch: EncodedBatch,
+    chunk: range,
+    digest: bytes | None = None,
 ) -> dict[str, Any]:
-    """Bind values of :func:`_insert_rows_statement` for the batch's messages in ``chunk`` (seq aside)."""
+    """Bind values of :func:`_insert_rows_statement` for the batch's messages in ``chunk`` (seq aside).
+
+    ``digest``: the append's deltas digest, stored with the batch's first message.
+    """
     values: dict[str, Any] = {"scope_tenant": scope.tenant, "target_id": session_id}
     for j, i in enumerate(chunk):
         message = batch.messages[i]
+        values[f"m_digest_{j}"] = digest if i == 0 else None
         values[f"m_id_{j}"] = batch.ids[i]
         values[f"m_role_{j}"] = message.role
         values[f"m_content_{j}"] = message.content
@@ -446,6 +461,11 @@ def _append_statement(
         # The host's JSON text, verbatim (json keeps its input text exactly).
         sa.cast(rows.c.meta, JSON()),
         sa.cast(rows.c.payload, JSON()),
+        # The deltas digest goes with the batch's first message only.
+        sa.case(
+            (rows.c.ord == sa.literal_column("1"), sa.bindparam("deltas_digest", type_=BYTEA())),
+            else_=sa.null(),
+        ),
         touched.c.updated_at,
     ).select_from(touched.join(rows, sa.true()))
     return _insert_appended(touched, source)
@@ -475,6 +495,7 @@ def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
         sa.cast(text("m_more_responses"), JSONB()),
         sa.cast(text("m_metadata"), JSON()),
         sa.cast(text("m_payload"), JSON()),
+        sa.bindparam("m_digest_0", type_=BYTEA()),
         touched.c.updated_at,
     ).select_from(touched)
 
@@ -497,6 +518,7 @@ def _insert_appended(touched: sa.CTE, source: sa.Select[Any]) -> sa.Insert:
                 "more_function_responses",
                 "metadata_json",
                 "payload_json",
+                "deltas_digest",
                 "created_at",
             ],
             source,
@@ -506,19 +528,24 @@ def _insert_appended(touched: sa.CTE, source: sa.Select[Any]) -> sa.Insert:
     )
 
 
-def _one_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
+def _one_params(
+    scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, digest: bytes | None
+) -> dict[str, Any]:
     """The bind values of a ``single`` append (:func:`_append_statement`): a batch of one."""
     return {
         **scope_params(scope),
         "batch_size": 1,
         "preview": batch.messages[0].preview(),
-        **_row_values(scope, session_id, batch, range(1)),
+        **_row_values(scope, session_id, batch, range(1), digest),
     }
 
 
-def _append_params(scope: Scope, session_id: uuid.UUID, batch: EncodedBatch) -> dict[str, Any]:
+def _append_params(
+    scope: Scope, session_id: uuid.UUID, batch: EncodedBatch, digest: bytes | None
+) -> dict[str, Any]:
     return {
         **scope_params(scope),
+        "deltas_digest": digest,
         "target_id": session_id,
         "batch_size": len(batch.messages),
         "preview": batch.messages[-1].preview(),
@@ -593,7 +620,11 @@ def _stored_statement() -> sa.Select[*tuple[Any, ...]]:
         ),
     )
     return sa.select(
-        messages.c.id, messages.c.seq, messages.c.created_at, same.label("same")
+        messages.c.id,
+        messages.c.seq,
+        messages.c.created_at,
+        messages.c.deltas_digest,
+        same.label("same"),
     ).select_from(
         keys.join(
             messages,
@@ -695,13 +726,26 @@ async def append_messages(
         InvalidInput: a delta would grow a state document past its limit,
             or names a scope off the session's path (nothing is written).
     """
-    if any(batch.keyed):
+    # The ids key the whole call: its deltas are recorded with it (a digest).
+    digest = deltas_digest(data_delta, scope_deltas) if any(batch.keyed) else None
+    if digest is not None:
         stored = await _stored_rows(conn, scope, session_id, batch)
         if stored:
             if not all(batch.keyed) or len(stored) != len(batch.ids):
                 raise Conflict("messages: part of this batch was stored by another append")
             if not all(row["same"] for row in stored):
                 raise Conflict("messages: a message id is already stored with other content")
+            recorded = {row["id"]: row["deltas_digest"] for row in stored}
+            first = recorded.pop(batch.ids[0])
+            if any(d is not None for d in recorded.values()):
+                # A later message of this batch began an append of its own.
+                raise Conflict("messages: part of this batch was stored by another append")
+            # None: stored by a release that kept no digest; the messages decide.
+            if first is not None and first != digest:
+                raise Conflict(
+                    "messages: these message ids were appended with other state deltas"
+                    " (data, scope_data)"
+                )
             # The replay returns nothing the scope could not read anyway.
             await select_session(conn, scope, session_id)
             return _messages_of(
@@ -714,13 +758,13 @@ async def append_messages(
         extra["expected_count"] = expected_count
     try:
         if distributed:
-            rows = await _append_routed(conn, scope, session_id, batch, extra)
+            rows = await _append_routed(conn, scope, session_id, batch, extra, digest)
         else:
             single = len(batch.messages) == 1
             stmt = _append_statement(
                 depth_class(scope), data_delta is not None, expected_count is not None, single
             )
-            values = (_one_params if single else _append_params)(scope, session_id, batch)
+            values = (_one_params if single else _append_params)(scope, session_id, batch, digest)
             params = {**values, **extra}
             rows = (await conn.execute(stmt, params)).all()
     except asyncpg.CheckViolationError as exc:

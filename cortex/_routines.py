@@ -40,6 +40,7 @@ from cortex import _messages, _sessions
 from cortex._executor import Composite, compile_statement, routine_key
 from cortex._filters import FilterShape
 from cortex._tables import TENANT_SETTING
+from cortex.errors import SchemaMismatch
 
 __all__ = [
     "PREFIX",
@@ -57,14 +58,25 @@ log = logging.getLogger("cortex")
 
 PREFIX: Final = "cortex_r_"
 
-# Every cortex routine in the current schema, as regprocedure (name and argument types).
+# Every cortex routine in the current schema, as regprocedure (name and argument
+# types), with whether cortex's owner (the owner of ``sessions``) made it.
 _ROUTINES_SQL: Final = r"""
 SELECT p.oid::regprocedure::text AS signature, p.proname::text AS name, p.pronargs AS arguments,
-       pg_catalog.obj_description(p.oid, 'pg_proc') AS key
+       pg_catalog.obj_description(p.oid, 'pg_proc') AS key,
+       pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) AS qualified,
+       pg_catalog.pg_get_userbyid(p.proowner)::text AS owner,
+       p.proowner = (
+           SELECT c.relowner FROM pg_catalog.pg_class AS c
+           WHERE c.oid = pg_catalog.to_regclass('sessions')
+       ) AS trusted
 FROM pg_catalog.pg_proc AS p
+JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
 WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
   AND p.proname LIKE 'cortex\_r\_%'
 """
+
+# The same, cortex's own only: what a migration may drop or grant.
+_OWN_ROUTINES_SQL: Final = f"SELECT * FROM ({_ROUTINES_SQL}) AS r WHERE r.trusted"
 
 _DEPTHS: Final = (1, 2, 3, 4)
 
@@ -114,6 +126,8 @@ def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
         _sessions._default_statement(),
         _sessions._resolve_key_statement(distributed),
         _sessions._by_key_statement(),
+        # A listing page's scope documents, read after the page (cortex._sessions.select_page).
+        _sessions._scope_documents_statement(),
     ]
     for depth in _DEPTHS:
         out.append(_sessions._select_statement(depth, False))
@@ -288,7 +302,7 @@ def drop_sql() -> str:
     """One statement that drops every cortex routine in the current schema (after a downgrade)."""
     return (
         "DO $cortex$ DECLARE f text; BEGIN"
-        f" FOR f IN SELECT signature FROM ({_ROUTINES_SQL}) AS r LOOP"
+        f" FOR f IN SELECT signature FROM ({_OWN_ROUTINES_SQL}) AS r LOOP"
         " EXECUTE 'DROP FUNCTION ' || f; END LOOP; END $cortex$"
     )
 
@@ -297,7 +311,7 @@ def grant_sql(role: str) -> str:
     """One statement granting EXECUTE on every cortex routine to ``role`` (a plain identifier)."""
     return (
         "DO $cortex$ DECLARE f text; BEGIN"
-        f" FOR f IN SELECT signature FROM ({_ROUTINES_SQL}) AS r LOOP"
+        f" FOR f IN SELECT signature FROM ({_OWN_ROUTINES_SQL}) AS r LOOP"
         f" EXECUTE 'GRANT EXECUTE ON FUNCTION ' || f || ' TO {_quote(role)}'; END LOOP; END $cortex$"
     )
 
@@ -337,7 +351,16 @@ async def install(
         finally:
             await driver.execute("RELEASE SAVEPOINT cortex_routine")
         wanted[definition.name] = definition
-    present = {row["name"]: row["signature"] for row in await driver.fetch(_ROUTINES_SQL)}
+    rows = await driver.fetch(_ROUTINES_SQL)
+    for row in rows:
+        if not row["trusted"]:
+            # Another role made it: cortex neither adopts, grants nor runs it.
+            raise SchemaMismatch(
+                f"function {row['signature']} is owned by {row['owner']}, not by cortex's"
+                " owner: cortex did not create it; drop it (it may be hostile) and run the"
+                " upgrade again"
+            )
+    present = {row["name"]: row["signature"] for row in rows}
     dropped = 0
     for name, signature in present.items():
         if name not in wanted:
@@ -350,7 +373,7 @@ async def install(
             await driver.execute(f"COMMENT ON FUNCTION {name} IS '{definition.key}'")
             if distributed:
                 await driver.execute(
-                    "SELECT create_distributed_function($1::regprocedure, $2,"
+                    "SELECT pg_catalog.create_distributed_function($1::regprocedure, $2,"
                     " colocate_with := 'sessions')",
                     definition.signature,
                     f"${definition.tenant}",
@@ -362,17 +385,21 @@ async def install(
 
 
 async def available(driver: asyncpg.Connection) -> dict[str, str]:
-    """The routines installed: statement key (:func:`cortex._executor.routine_key`) to call SQL."""
+    """The routines installed: statement key (:func:`cortex._executor.routine_key`) to call SQL.
+
+    Only routines cortex's owner made count, and each is called by its
+    schema-qualified name, so no function another role planted is ever run.
+    """
     found: dict[str, str] = {}
     clashes: set[str] = set()
     for row in await driver.fetch(_ROUTINES_SQL):
         key: Any = row["key"]
-        if not isinstance(key, str):
+        if not isinstance(key, str) or not row["trusted"]:
             continue
         placeholders = ", ".join(f"${i}" for i in range(1, row["arguments"] + 1))
         if key in found:
             clashes.add(key)
-        found[key] = f"SELECT * FROM {row['name']}({placeholders})"
+        found[key] = f"SELECT * FROM {row['qualified']}({placeholders})"
     for key in clashes:  # two routines claim one statement: trust neither
         del found[key]
     return found

@@ -7,13 +7,15 @@ Every statement gets its tenant and scope condition from cortex._filters.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from functools import cache
 from typing import Any, Final
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._db import RetryTransaction
@@ -46,9 +48,11 @@ __all__ = [
     "data_too_large",
     "decode_data",
     "delete_session",
+    "deltas_digest",
     "insert_session",
     "lock_session_id",
     "merge_scope_data",
+    "page_sessions",
     "resolve_default",
     "resolve_key",
     "row_to_session",
@@ -109,6 +113,14 @@ SESSION_COLUMNS: Final = (
     MERGED_DATA.label("data"),
 )
 
+# Whether the tenant keeps any scope state: an uncorrelated EXISTS, one
+# InitPlan per statement, on every row of a listing page. Only then does the
+# page read its scopes' documents (select_page). The tenant is the bound
+# parameter, as in MERGED_DATA.
+HAS_SCOPE_STATE: Final = sa.exists().where(
+    scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text())
+)
+
 # For INSERT ... RETURNING on Citus, which refuses a subquery there: the
 # session's own document only; the caller then reads the session back.
 INSERTED_COLUMNS: Final = (sessions.c.id,)
@@ -136,8 +148,11 @@ def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) ->
 _STATE_OF: Final = {state.value: state for state in SessionState}
 
 
-def row_to_session(row: Row) -> Session:
+def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
     """Build the public model from a row selected with SESSION_COLUMNS.
+
+    ``data``: the session's state, merged already (a listing's row, whose
+    ``data`` column is its own document only: :func:`page_sessions`).
 
     The values are written in ``Session``'s field order (a unit test holds
     the two in step), so the model takes the dict as it is: a page of 100
@@ -158,7 +173,7 @@ def row_to_session(row: Row) -> Session:
             "state": _STATE_OF[row["state"]],
             "pending_count": row["pending_count"],
             "key": row["session_key"],
-            "data": decode_data(row["data"]),
+            "data": decode_data(row["data"]) if data is None else data,
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
@@ -180,6 +195,76 @@ def decode_data(text: str) -> dict[str, Any]:
         return {}  # most sessions
     # Its values are JSON strings: only their own texts can hold a number.
     return {key: decode_json(value) for key, value in decode_json_of_strings(text).items()}
+
+
+def deltas_digest(data_delta: str | None, scope_deltas: dict[str, str] | None = None) -> bytes:
+    """The SHA-256 of a call's state deltas as stored, whatever order their keys came in.
+
+    What a keyed call (caller-chosen ids) records of its deltas, so that a
+    replay can be told from another call with the same ids: the state they
+    were merged into may have changed since. No deltas is a digest too.
+    """
+    canonical = {
+        "data": {} if data_delta is None else decode_json_of_strings(data_delta),
+        "scope_data": {
+            path: decode_json_of_strings(text) for path, text in (scope_deltas or {}).items()
+        },
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _jsonb_order(key: str) -> tuple[int, str]:
+    """Where jsonb puts a key: shorter UTF-8 first, then by bytes (code point order is the same)."""
+    return (len(key) if key.isascii() else len(key.encode()), key)
+
+
+def _inherited(path: str, documents: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The documents of the scopes on ``path``, outer first, merged in jsonb's key order."""
+    found = [d for ancestor in _ancestors(path) if (d := documents.get(ancestor))]
+    if len(found) == 1:
+        return found[0]  # decoded from jsonb: already in its order
+    merged: dict[str, Any] = {}
+    for document in found:
+        merged.update(document)
+    return {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
+
+
+def _ancestors(path: str) -> list[str]:
+    """The paths of the scopes on ``path``, outer first, itself last."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def page_sessions(rows: list[Row], documents: dict[str, str]) -> list[Session]:
+    """The sessions of a listing page (:func:`_page_statement`), each with its merged state.
+
+    ``documents``: the stored text of each scope document on the rows'
+    paths (scope path to text). Each is decoded once for the page: a row's
+    ``data`` is a dict of its own, in the key order a single read gives
+    (jsonb's), whose values from a scope document are the same objects in
+    every row of the page.
+    """
+    if not documents:
+        return [row_to_session(row) for row in rows]
+    decoded = {path: decode_data(text) for path, text in documents.items()}
+    inherited: dict[str, dict[str, Any]] = {}
+    out = []
+    for row in rows:
+        path = row["scope"]
+        base = inherited.get(path)
+        if base is None:
+            base = inherited[path] = _inherited(path, decoded)
+        own = decode_data(row["data"])
+        if not base:
+            data = own
+        elif own.keys() <= base.keys():
+            data = {**base, **own}  # no new key: the base's order holds
+        else:
+            merged = {**base, **own}
+            data = {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
+        out.append(row_to_session(row, data))
+    return out
 
 
 def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:
@@ -226,6 +311,7 @@ def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.I
         "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
         "session_key": sa.bindparam("new_key", type_=sa.Text()),
         "data": bounded_data(sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())),
+        "scope_deltas_digest": sa.bindparam("new_scope_digest", type_=BYTEA()),
         **_scope_values(),
     }
     if not caller_chosen_id:
@@ -270,8 +356,8 @@ def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
     """The session holding a caller-chosen id in this tenant, and whether it is this create's.
 
     "Same" means the same agent at the same exact scope with the same
-    title, metadata text and default flag: what a retry of this very call
-    would have created. Only then is the session returned; it is then
+    title, metadata text, default flag, key, state document and scope_data
+    deltas (their digest): what a retry of this very call would have created. Only then is the session returned; it is then
     visible from the caller's scope anyway.
     """
     same = sa.and_(
@@ -283,6 +369,11 @@ def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
         sessions.c.session_key.is_not_distinct_from(sa.bindparam("new_key", type_=sa.Text())),
         sessions.c.data.is_not_distinct_from(
             sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())
+        ),
+        # The create's scope_data, by digest; NULL: created by a release that kept none.
+        sa.or_(
+            sessions.c.scope_deltas_digest.is_(None),
+            sessions.c.scope_deltas_digest == sa.bindparam("new_scope_digest", type_=BYTEA()),
         ),
     )
     return sa.select(*SESSION_COLUMNS, same.label("same")).where(
@@ -339,10 +430,31 @@ def _delete_markers_statement() -> sa.Delete:
 def _page_statement(
     shape: FilterShape, *, cursor: bool, offset: bool
 ) -> sa.Select[*tuple[Any, ...]]:
-    stmt = sa.select(*SESSION_COLUMNS).where(session_predicate(shape))
+    """A listing page: its rows with their own state documents, not merged ones.
+
+    A merged document per row would repeat every ancestor scope's document
+    in every row of the page; :func:`select_page` reads those documents
+    once for the page instead (:func:`_scope_documents_statement`).
+    """
+    stmt = sa.select(
+        *SESSION_COLUMNS[:-1],
+        sa.func.coalesce(sa.cast(sessions.c.data, sa.Text()), sa.literal_column("'{}'")).label(
+            "data"
+        ),
+        HAS_SCOPE_STATE.label("has_scope_state"),
+    ).where(session_predicate(shape))
     if cursor:
         stmt = stmt.where(after_cursor())
     return page(stmt, offset=offset)
+
+
+@cache
+def _scope_documents_statement() -> sa.Select[*tuple[Any, ...]]:
+    """The state documents stored at any of the paths ``d_paths`` (a page's scopes and their ancestors)."""
+    return sa.select(scope_data.c.scope, sa.cast(scope_data.c.data, sa.Text()).label("data")).where(
+        scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
+        scope_data.c.scope == sa.any_(sa.bindparam("d_paths", type_=ARRAY(sa.Text()))),
+    )
 
 
 @cache
@@ -440,9 +552,10 @@ async def insert_session(
     caller_chosen_id: bool = False,
     key: str | None = None,
     data_json: str | None = None,
+    scope_deltas: dict[str, str] | None = None,
     distributed: bool = False,
 ) -> Session:
-    """Insert a session at exactly ``scope``.
+    """Insert a session at exactly ``scope``; merge ``scope_deltas`` into its scopes' documents.
 
     ``distributed`` (Citus): the INSERT returns the id only, and the session
     is read back by a second statement: Citus refuses the merged-state
@@ -459,8 +572,9 @@ async def insert_session(
 
     ``caller_chosen_id``: the caller picked ``session_id``, so this may be a retry of
     its own create whose reply was lost. If the id is taken by the session
-    this call would create (same agent, exact scope, title, metadata and
-    default flag), that session is returned and nothing is written. A taken
+    this call would create (same agent, exact scope, title, metadata, key,
+    state, scope deltas and default flag), that session is returned and
+    nothing is written: the deltas are not merged again. A taken
     id otherwise is Conflict; the error names the id only, never anything of
     the session holding it, which may live in a scope the caller cannot see.
     Ids are unique per tenant, so that Conflict is all a caller learns:
@@ -478,6 +592,8 @@ async def insert_session(
         "new_is_default": is_default,
         "new_key": key,
         "new_data": data_json,
+        # What a retry must match of the scope deltas (deltas_digest).
+        "new_scope_digest": deltas_digest(None, scope_deltas) if caller_chosen_id else None,
         # The tenant the merged-state subquery of SESSION_COLUMNS reads by.
         "scope_tenant": scope.tenant,
         **scope_columns(scope),
@@ -521,6 +637,10 @@ async def insert_session(
             # run again, and the check above tells a retry from a clash.
             raise RetryTransaction from exc
         raise Conflict(taken) from exc
+    if scope_deltas:
+        await merge_scope_data(conn, scope, session_id, scope_deltas)
+        # Read again: the merged view now includes the scopes' documents.
+        return await select_session(conn, scope, session_id)
     if distributed:
         return await select_session(conn, scope, session_id)
     return row_to_session(row)
@@ -601,7 +721,21 @@ async def select_page(
     if after is not None:
         params.update(cursor_params(*after))
     rows = (await conn.execute(stmt, params)).all()
-    return [row_to_session(row) for row in rows]
+    return page_sessions(rows, await _page_documents(conn, scope, rows))
+
+
+async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, str]:
+    """The stored scope documents on the paths of a page's rows, read once for the page.
+
+    A second statement, and only when the tenant keeps scope state (the
+    page's ``has_scope_state``): a page's cost stays its own rows'.
+    """
+    if not rows or not rows[0]["has_scope_state"]:
+        return {}
+    paths = sorted({ancestor for row in rows for ancestor in _ancestors(row["scope"])})
+    params = {"scope_tenant": scope.tenant, "d_paths": paths}
+    found = (await conn.execute(_scope_documents_statement(), params)).all()
+    return {row["scope"]: row["data"] for row in found}
 
 
 async def count_sessions(

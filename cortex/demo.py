@@ -23,10 +23,10 @@ import anyio.to_thread
 import asyncpg
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, Session, SessionState, use_scope
+from cortex._cli_common import literal
 from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
@@ -74,12 +74,12 @@ def _sessions_table(title: str, sessions: list[Session]) -> Table:
         table.add_column(column, overflow="fold")
     for s in sessions:
         table.add_row(
-            str(s.scope),
-            Text(s.agent_id),
-            Text(s.title or "-"),  # host text: never parsed as markup
+            literal(str(s.scope)),
+            literal(s.agent_id),
+            literal(s.title or "-"),  # read back from the database: escaped, never markup
             str(s.message_count),
             "yes" if s.is_default else "",
-            Text(s.last_message[:40]),
+            literal(s.last_message[:40]),
         )
     return table
 
@@ -250,7 +250,7 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             try:
                 await store.resume(ticket.id, "approve-refund", {"approved": "yes"})
             except cortex.InvalidInput as exc:
-                console.print(f"a malformed answer is refused: {exc}")
+                console.print(literal(f"a malformed answer is refused: {exc}"))
             await store.resume(ticket.id, "approve-refund", {"approved": True}, author="ops@acme")
             after = await store.inspect_session(ticket.id)
             console.print(f"resumed by ops@acme -> state {after.state.value}")

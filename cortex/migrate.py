@@ -355,6 +355,8 @@ def backfill(
             time.sleep(0.5)
         conn.commit()
         try:
+            # What a migration run refuses first: the backfill runs cortex's statements too.
+            _ddl.check_on(conn, _ddl.preflight_check())
             heads = MigrationContext.configure(conn).get_current_heads()
             conn.commit()
             script = ScriptDirectory.from_config(alembic_config())
@@ -549,11 +551,21 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
     """Store :func:`oldest_compatible_code` of the database's revision (revision 20261201000010).
 
     Run after every online migration run; nothing to do before the table exists.
+
+    Raises:
+        SchemaMismatch: the table is not the one cortex made (another role
+            made it, below revision 20261201000010): nothing is written to it.
     """
     if not connection.execute(
         sa.text("SELECT to_regclass('cortex_schema_compat') IS NOT NULL")
     ).scalar():
         return
+    _ddl.check_on(
+        connection,
+        _ddl.relation_check(
+            "cortex_schema_compat", columns=("singleton boolean", "oldest_code_revision text")
+        ),
+    )
     heads = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
     if len(heads) != 1:
         return

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cortex import _messages, _operator, _routines, _sessions
 from cortex._db import run_transaction
-from cortex._engine import check_schema, make_engine
+from cortex._engine import check_schema, foreign_creators_warning, make_engine
 from cortex._executor import Routines, Tx
 from cortex._messages import SessionHistory
 from cortex._snapshot import read_snapshot
@@ -138,7 +138,9 @@ async def open_store(url: str | URL, **pool_options: Any) -> Store:
                 "tenants apart. Connect the service as a plain role (cortex db grant ROLE).",
                 engine.url.username or "the login role",
             )
-        routines = await _installed_routines(engine)
+        if state.foreign_creators:
+            log.warning("cortex: %s", foreign_creators_warning(state.foreign_creators))
+        routines = {} if state.foreign_creators else await _installed_routines(engine)
     except BaseException:
         await engine.dispose()
         raise
@@ -278,7 +280,8 @@ class Store:
             session_id: a caller-chosen ``ses_…`` id. Retrying a create whose
                 reply was lost is safe: if the id holds the session this call
                 would create (same agent, exact scope, title, metadata, key,
-                state and default flag), that session is returned.
+                state, scope_data and default flag), that session is
+                returned and nothing is written.
             key: the host's own name for the session (an agent framework's
                 session id): any string, trimmed, 1-512 characters, no NUL;
                 unique per (agent, exact scope). Find it again with
@@ -303,7 +306,7 @@ class Store:
         data_json, deltas = _data_json(data), _scope_deltas(scope_data)
 
         async def body(conn: Tx) -> Session:
-            session = await _sessions.insert_session(
+            return await _sessions.insert_session(
                 conn,
                 scope,
                 session_id=sid,
@@ -314,13 +317,9 @@ class Store:
                 caller_chosen_id=session_id is not None,
                 key=key,
                 data_json=data_json,
+                scope_deltas=deltas,
                 distributed=self._distributed,
             )
-            if deltas is None:
-                return session
-            await _sessions.merge_scope_data(conn, scope, sid, deltas)
-            # Read again: the merged view now includes the scopes' documents.
-            return await _sessions.select_session(conn, scope, sid)
 
         # One INSERT, unless the id is the caller's (lock, lookup, insert) or
         # scope state is merged too.

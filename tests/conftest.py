@@ -319,6 +319,7 @@ def current_at_head() -> dict[str, object]:
         "routines": wanted_count(),
         "routines_expected": wanted_count(),
         "leftover_indexes": [],
+        "foreign_creators": [],
     }
 
 

@@ -30,6 +30,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    ddl.check(ddl.relation_check("messages"), ddl.relation_check("messages_pkey", "index"))
     op.create_table(
         "messages",
         sa.Column("id", UUID(as_uuid=True), primary_key=True),

@@ -181,7 +181,66 @@ def _fill_tenants() -> None:
             advance(hi - lo)
 
 
+# What upgrade finds in its way on a rerun: sessions as it makes it, the
+# columns it adds to messages, its trigger function and index names.
+SESSIONS_COLUMNS = (
+    "tenant_id text",
+    "id uuid",
+    "agent_id text",
+    "scope text",
+    "scope_depth smallint",
+    "scope_l2 text",
+    "title text",
+    "metadata jsonb",
+    "is_default boolean",
+    "message_count integer",
+    "last_message text",
+    "backfilled_by text",
+    "created_at timestamp with time zone",
+    "updated_at timestamp with time zone",
+    "pending_count integer",
+    "is_aborted boolean",
+    "is_interrupted boolean",
+    "state text",
+)
+MESSAGES_ADDED = {
+    "tenant_id": "text",
+    "session_id": "uuid",
+    "seq": "integer",
+    "author": "text",
+    "requested_input": "jsonb",
+    "function_response": "jsonb",
+    "metadata": "jsonb",
+}
+INDEXES = {
+    "pk_sessions": "sessions",
+    "ix_sessions_tenant_recent": "sessions",
+    "ix_sessions_agent_recent": "sessions",
+    "ix_sessions_scope_recent": "sessions",
+    "ix_sessions_agent_scope_recent": "sessions",
+    "ix_sessions_l2_recent": "sessions",
+    "ix_sessions_agent_l2_recent": "sessions",
+    "ix_sessions_title_trgm": "sessions",
+    "ix_sessions_last_message_trgm": "sessions",
+    "pk_messages": "messages",
+    "uq_messages_session_seq": "messages",
+    "ix_messages_unsessioned": "messages",
+}
+
+
+def _check() -> None:
+    """Refuse what another role made under this revision's names (cortex._ddl)."""
+    ddl.check(
+        ddl.extension_check("pg_trgm"),
+        ddl.relation_check("sessions", columns=SESSIONS_COLUMNS),
+        ddl.relation_check("messages", having=MESSAGES_ADDED),
+        ddl.function_check("cortex_messages_tenant", ""),
+        *(ddl.relation_check(name, "index", on=table) for name, table in INDEXES.items()),
+    )
+
+
 def upgrade() -> None:
+    _check()
     # In this revision's transaction: the extension and the new table with its
     # indexes (nobody uses it yet), all or nothing.
     # pg_trgm is a trusted extension (PostgreSQL 13+): the database owner may create it.
@@ -221,7 +280,7 @@ def upgrade() -> None:
         ddl.run("ALTER TABLE messages ALTER COLUMN tenant_id SET NOT NULL")
         ddl.run("ALTER TABLE messages DROP CONSTRAINT IF EXISTS ck_messages_tenant_id_not_null")
         # The primary key moves to (tenant_id, id): built concurrently, then swapped.
-        if not ddl.constraint_exists("pk_messages"):
+        if not ddl.constraint_exists("pk_messages", "messages"):
             ddl.create_index("pk_messages", "messages (tenant_id, id)", unique=True)
             ddl.run(
                 "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_pkey, "

@@ -45,6 +45,11 @@ _MATCH = "tenant_id = current_setting('cortex.tenant', true)"
 
 
 def upgrade() -> None:
+    # No policy but cortex's (replaced below): another one would open the table.
+    ddl.check(
+        *(ddl.relation_check(table) for table in _TABLES),
+        *(ddl.policies_check(table, {"tenant_isolation": None}) for table in _TABLES),
+    )
     with op.get_context().autocommit_block():
         for table in _TABLES:
             ddl.run(

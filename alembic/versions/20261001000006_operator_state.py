@@ -143,7 +143,56 @@ def _create_tables() -> None:
     _protect("session_markers")
 
 
+# What upgrade finds in its way on a rerun (cortex._ddl).
+_COLUMNS = {
+    "pending_inputs": (
+        "tenant_id text",
+        "session_id uuid",
+        "raised_seq integer",
+        "interrupt_id text",
+        "message text",
+        "author text",
+        "raised_at timestamp with time zone",
+        "response_schema jsonb",
+        "payload jsonb",
+    ),
+    "session_markers": (
+        "tenant_id text",
+        "session_id uuid",
+        "kind text",
+        "scope text",
+        "reason text",
+        "marked_at timestamp with time zone",
+    ),
+}
+_SESSIONS_ADDED = {
+    "pending_count": "integer",
+    "is_aborted": "boolean",
+    "is_interrupted": "boolean",
+    "state": "text",
+}
+_INDEXES = {
+    "pk_pending_inputs": "pending_inputs",
+    "ix_pending_inputs_interrupt": "pending_inputs",
+    "pk_session_markers": "session_markers",
+    "ix_sessions_state_recent": "sessions",
+}
+
+
+def _check() -> None:
+    ddl.check(
+        *(ddl.relation_check(table, columns=columns) for table, columns in _COLUMNS.items()),
+        *(
+            ddl.policies_check(table, {"tenant_isolation": ddl.TENANT_ISOLATION})
+            for table in _COLUMNS
+        ),
+        ddl.relation_check("sessions", having=_SESSIONS_ADDED),
+        *(ddl.relation_check(name, "index", on=table) for name, table in _INDEXES.items()),
+    )
+
+
 def upgrade() -> None:
+    _check()
     # In this revision's transaction: the two new tables (nobody uses them yet).
     if (
         context.is_offline_mode()

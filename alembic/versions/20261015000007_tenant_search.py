@@ -53,7 +53,15 @@ $$
 """
 
 
+_INDEXES = ("ix_sessions_tenant_title_trgm", "ix_sessions_tenant_last_message_trgm")
+
+
 def upgrade() -> None:
+    ddl.check(
+        ddl.extension_check("btree_gin"),
+        ddl.function_check("cortex_search_ids", "text"),
+        *(ddl.relation_check(name, "index", on="sessions") for name in _INDEXES),
+    )
     with op.get_context().autocommit_block():
         op.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
         ddl.create_index(

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20261201000008"
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.
@@ -60,6 +61,7 @@ $migration$
 
 
 def upgrade() -> None:
+    ddl.check(ddl.function_check("cortex_search_ids", "text"))
     op.execute(SAFE_SEARCH_FUNCTION)
 
 

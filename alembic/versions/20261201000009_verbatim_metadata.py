@@ -80,6 +80,10 @@ CREATE_TRIGGER = ddl.unless_distributed_sql(
 
 
 def upgrade() -> None:
+    ddl.check(
+        *(ddl.relation_check(table, having={"metadata_json": "json"}) for table in TABLES),
+        ddl.function_check("cortex_forget_metadata_text", ""),
+    )
     with op.get_context().autocommit_block():
         for table in TABLES:
             # A short lock timeout with retries (cortex._ddl): the catalog change

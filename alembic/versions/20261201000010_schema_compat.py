@@ -34,7 +34,14 @@ depends_on: str | Sequence[str] | None = None
 safe_with_code_from: str = "20261201000009"
 
 
+COLUMNS = ("singleton boolean", "oldest_code_revision text")
+
+
 def upgrade() -> None:
+    ddl.check(
+        ddl.relation_check("cortex_schema_compat", columns=COLUMNS),
+        ddl.relation_check("pk_cortex_schema_compat", "index", on="cortex_schema_compat"),
+    )
     with op.get_context().autocommit_block():
         ddl.run(
             "CREATE TABLE IF NOT EXISTS cortex_schema_compat ("

@@ -53,7 +53,28 @@ _MATCH = "tenant_id = current_setting('cortex.tenant', true)"
 _DATA_LIMIT = "octet_length(data::text) <= 1048576"
 
 
+_SCOPE_DATA_COLUMNS = (
+    "tenant_id text",
+    "scope text",
+    "data jsonb",
+    "updated_at timestamp with time zone",
+)
+
+
+def _check() -> None:
+    """Refuse what another role made under this revision's names (cortex._ddl)."""
+    ddl.check(
+        ddl.relation_check("sessions", having={"session_key": "text", "data": "jsonb"}),
+        ddl.relation_check("messages", having={"payload_json": "json"}),
+        ddl.relation_check("scope_data", columns=_SCOPE_DATA_COLUMNS),
+        ddl.relation_check("pk_scope_data", "index", on="scope_data"),
+        ddl.policies_check("scope_data", {"tenant_isolation": ddl.TENANT_ISOLATION}),
+        ddl.relation_check("uq_sessions_key", "index", on="sessions"),
+    )
+
+
 def upgrade() -> None:
+    _check()
     with op.get_context().autocommit_block():
         ddl.run('ALTER TABLE sessions ADD COLUMN IF NOT EXISTS session_key text COLLATE "C"')
         ddl.run("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS data jsonb")
@@ -89,7 +110,8 @@ def _policy_exists() -> bool:
     if op.get_context().as_sql:
         return False
     found = op.get_bind().exec_driver_sql(
-        "SELECT 1 FROM pg_policies WHERE tablename = 'scope_data' AND policyname = 'tenant_isolation'"
+        "SELECT 1 FROM pg_policies WHERE schemaname = current_schema()"
+        " AND tablename = 'scope_data' AND policyname = 'tenant_isolation'"
     )
     return found.first() is not None
 

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
+from cortex import _ddl as ddl
 
 revision: str = "20261201000012"
 down_revision: str | Sequence[str] | None = "20261201000011"
@@ -80,6 +81,7 @@ $migration$
 
 
 def upgrade() -> None:
+    ddl.check(ddl.function_check("cortex_tenant_search", "text, text"))
     op.execute(FUNCTION)
 
 

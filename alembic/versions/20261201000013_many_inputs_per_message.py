@@ -60,6 +60,14 @@ def _key_width() -> int:
 
 
 def upgrade() -> None:
+    ddl.check(
+        ddl.relation_check(
+            "messages",
+            having={"more_requested_inputs": "jsonb", "more_function_responses": "jsonb"},
+        ),
+        ddl.relation_check("pending_inputs"),
+        ddl.relation_check("pk_pending_inputs", "index", on="pending_inputs"),
+    )
     with op.get_context().autocommit_block():
         ddl.run("ALTER TABLE messages ADD COLUMN IF NOT EXISTS more_requested_inputs jsonb")
         ddl.run("ALTER TABLE messages ADD COLUMN IF NOT EXISTS more_function_responses jsonb")

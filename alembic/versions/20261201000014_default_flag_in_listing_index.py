@@ -43,6 +43,7 @@ WITHOUT_FLAG = "sessions (tenant_id, updated_at DESC, id DESC)"
 
 
 def upgrade() -> None:
+    ddl.check(ddl.relation_check(f"{NAME}_next", "index", on="sessions"))
     with op.get_context().autocommit_block():
         ddl.rebuild_index(NAME, WITH_FLAG, 4)
 

@@ -59,6 +59,7 @@ def _keys(leading: str, *, flag: bool) -> int:
 
 
 def upgrade() -> None:
+    ddl.check(*(ddl.relation_check(f"{name}_next", "index", on="sessions") for name in INDEXES))
     with op.get_context().autocommit_block():
         for name, (leading, where) in INDEXES.items():
             ddl.rebuild_index(

@@ -200,6 +200,15 @@ def _fill_in_batches(bind: Connection) -> None:
 
 
 def upgrade() -> None:
+    ddl.check(
+        ddl.relation_check("sessions", having={"scope_l3": "text"}),
+        ddl.function_check(FUNCTION, ""),
+        # The fill policy of a killed run is dropped and made again, whatever its form.
+        ddl.policies_check(
+            "sessions", {"tenant_isolation": ddl.TENANT_ISOLATION, FILL_POLICY: None}
+        ),
+        *(ddl.relation_check(name, "index", on="sessions") for name in INDEXES),
+    )
     with op.get_context().autocommit_block():
         ddl.run('ALTER TABLE sessions ADD COLUMN IF NOT EXISTS scope_l3 text COLLATE "C"')
         ddl.run(CREATE_FUNCTION)

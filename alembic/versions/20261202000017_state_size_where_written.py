@@ -76,6 +76,7 @@ $fn$
 
 
 def upgrade() -> None:
+    ddl.check(ddl.function_check(FUNCTION, "jsonb"), ddl.relation_check("sessions"))
     with op.get_context().autocommit_block():
         ddl.run(CREATE_FUNCTION)
         ddl.add_check("sessions", BACKSTOP, BACKSTOP_CONDITION)

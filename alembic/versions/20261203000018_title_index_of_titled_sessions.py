@@ -101,6 +101,12 @@ $migration$
 
 
 def upgrade() -> None:
+    ddl.check(
+        ddl.function_check("cortex_search_ids", "text"),
+        ddl.function_check("cortex_tenant_search", "text, text"),
+        ddl.relation_check(NAME, "index", on="sessions"),
+        ddl.relation_check(f"{NAME}_next", "index", on="sessions"),
+    )
     op.execute(FUNCTIONS.format(title=MATCH_TITLED))
     with op.get_context().autocommit_block():
         if ddl.is_partial(NAME) is not True:

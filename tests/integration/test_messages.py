@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
 import asyncpg
 import pytest
 
 import cortex
 from cortex import (
+    Conflict,
     FunctionResponse,
     InvalidInput,
     NewMessage,
@@ -14,6 +19,7 @@ from cortex import (
 )
 from cortex.ids import format_id, new_uuid
 from cortex.models import PREVIEW_LENGTH
+from tests.conftest import Database
 
 
 async def test_append_and_read(store: cortex.Store, tenant: str) -> None:
@@ -141,3 +147,111 @@ async def test_big_batch_in_one_statement(
         "SELECT message_count FROM sessions WHERE tenant_id = $1", tenant
     )
     assert count == 1000
+
+
+# --- a keyed append replayed: its state deltas are part of the key ---------------
+
+
+@asynccontextmanager
+async def _appender(
+    store: cortex.Store, database: Database, routed: bool
+) -> AsyncIterator[cortex.Store]:
+    """The store, or on plain PostgreSQL one sending the statements it sends on Citus."""
+    if not routed:
+        yield store
+        return
+    if store.distributed:
+        pytest.skip("the store sends the router forms already")
+    async with cortex.connect(database.app_url) as router:
+        router._distributed = True
+        yield router
+
+
+def _keyed(n: int) -> list[NewMessage]:
+    return [NewMessage("user", f"m{i}", id=format_id("msg", new_uuid())) for i in range(n)]
+
+
+async def _state(store: cortex.Store, session_id: str, tenant: str) -> tuple[int, Any, Any]:
+    got = await store.get_session(session_id)
+    return got.message_count, got.data, await store.get_scope_data(tenant)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("routed", [False, True], ids=["store", "router forms"])
+@pytest.mark.parametrize("size", [1, 3])
+async def test_a_replay_with_the_same_deltas_returns_the_append_and_writes_nothing(
+    store: cortex.Store, database: Database, tenant: str, size: int, routed: bool
+) -> None:
+    async with _appender(store, database, routed) as appender:
+        await _replay_with_the_same_deltas(appender, tenant, size)
+
+
+async def _replay_with_the_same_deltas(appender: cortex.Store, tenant: str, size: int) -> None:
+    with use_scope(f"{tenant}/team"):
+        session = await appender.create_session("bot")
+        batch = _keyed(size)
+        first = await appender.append_messages(
+            session.id, batch, data={"a": 1, "b": [1]}, scope_data={tenant: {"s": 1}}
+        )
+        # Later appends move the state on; the replay must not move it back.
+        await appender.append_messages(
+            session.id, [NewMessage("user", "later")], data={"a": 2}, scope_data={tenant: {"s": 2}}
+        )
+        before = await _state(appender, session.id, tenant)
+        # The same deltas, their keys given in another order.
+        again = await appender.append_messages(
+            session.id, batch, data={"b": [1], "a": 1}, scope_data={tenant: {"s": 1}}
+        )
+        assert again == first
+        assert (
+            await _state(appender, session.id, tenant)
+            == before
+            == (
+                size + 1,
+                {"s": 2, "a": 2, "b": [1]},
+                {"s": 2},
+            )
+        )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("original", "replayed"),
+    [
+        ({"data": {"a": 1}}, {"data": {"a": 2}}),
+        ({"data": {"a": 1}}, {}),
+        ({}, {"data": {"a": 1}}),
+        ({"scope_data": "s1"}, {"scope_data": "s2"}),
+        ({"scope_data": "s1"}, {}),
+        ({}, {"scope_data": "s1"}),
+        ({"data": {"a": 1}, "scope_data": "s1"}, {"data": {"a": 1}, "scope_data": "team"}),
+    ],
+)
+@pytest.mark.parametrize("routed", [False, True], ids=["store", "router forms"])
+@pytest.mark.parametrize("size", [1, 3])
+async def test_a_replay_with_other_deltas_is_a_conflict_and_writes_nothing(
+    store: cortex.Store,
+    database: Database,
+    tenant: str,
+    size: int,
+    routed: bool,
+    original: dict[str, Any],
+    replayed: dict[str, Any],
+) -> None:
+    def deltas(call: dict[str, Any]) -> dict[str, Any]:
+        out = dict(call)
+        if out.get("scope_data") == "team":
+            out["scope_data"] = {f"{tenant}/team": {"s": 1}}
+        elif "scope_data" in out:
+            out["scope_data"] = {tenant: {"s": out["scope_data"]}}
+        return out
+
+    async with _appender(store, database, routed) as appender:
+        with use_scope(f"{tenant}/team"):
+            session = await appender.create_session("bot")
+            batch = _keyed(size)
+            await appender.append_messages(session.id, batch, **deltas(original))
+            before = await _state(appender, session.id, tenant)
+            with pytest.raises(Conflict, match="state"):
+                await appender.append_messages(session.id, batch, **deltas(replayed))
+            assert await _state(appender, session.id, tenant) == before

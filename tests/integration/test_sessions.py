@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import gc
+import json
+import secrets
+import tracemalloc
 from typing import Any
 
 import asyncpg
@@ -312,3 +316,141 @@ async def test_no_scope_no_call(store: cortex.Store) -> None:
         await store.list_sessions()
     with pytest.raises(cortex.ScopeMissing):
         await store.create_session("bot")
+
+
+# --- a listing page and its scopes' state documents ----------------------------
+
+
+def _large_document() -> dict[str, Any]:
+    """About 512 KB as stored: 32 keys, each an object holding a 16 KB string."""
+    return {f"k{i}": {"blob": secrets.token_hex(8_000)} for i in range(32)}
+
+
+async def _listing_peak(store: cortex.Store, scope: str, limit: int) -> int:
+    """Peak bytes Python allocated while ``list_sessions`` read a page of ``limit`` rows."""
+    with use_scope(scope):
+        await store.list_sessions(ListFilter(limit=limit))  # statements prepared, pool warm
+        gc.collect()
+        tracemalloc.start()
+        try:
+            page = await store.list_sessions(ListFilter(limit=limit))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert len(page) == limit
+    return peak
+
+
+async def test_a_page_reads_each_scope_document_once(store: cortex.Store, tenant: str) -> None:
+    document = _large_document()
+    size = len(json.dumps(document))
+    with use_scope(f"{tenant}/team/user"):
+        await store.create_session("bot", scope_data={tenant: document})
+        for _ in range(99):
+            await store.create_session("bot")
+    ten = await _listing_peak(store, tenant, 10)
+    hundred = await _listing_peak(store, tenant, 100)
+    # Ten times the rows: the document is still read and decoded once.
+    assert hundred < 3 * ten, (ten, hundred)
+    # A bound on the page's whole read (socket buffers, texts, decoded values)
+    # that the document alone sets, not the row count.
+    assert hundred < 32 * size, (size, hundred)
+
+
+async def test_rows_of_a_page_share_their_scopes_decoded_values(
+    store: cortex.Store, tenant: str
+) -> None:
+    with use_scope(f"{tenant}/team/user"):
+        for _ in range(3):
+            await store.create_session("bot", scope_data={tenant: {"shared": {"a": [1, 2]}}})
+    with use_scope(tenant):
+        page = await store.list_sessions()
+        walked = [s async for s in store.iter_sessions(ListFilter(limit=2))]
+    for rows in (page, walked[:2], walked[2:]):
+        assert all(s.data == {"shared": {"a": [1, 2]}} for s in rows)
+        assert all(s.data["shared"] is rows[0].data["shared"] for s in rows)
+
+
+async def test_every_listing_merges_scope_state_as_a_single_read_does(
+    store: cortex.Store, tenant: str
+) -> None:
+    """Outer scopes first, the session's own document last, in every listing form."""
+    made = []
+    with use_scope(tenant):
+        made.append(
+            await store.create_session(
+                "bot", title="root", data={"own": 0}, scope_data={tenant: {"t": 1, "v": "t"}}
+            )
+        )
+    with use_scope(f"{tenant}/a/u"):
+        made.append(
+            await store.create_session(
+                "bot",
+                title="deep",
+                data={"v": "own"},
+                scope_data={f"{tenant}/a": {"a": 1, "v": "a"}, f"{tenant}/a/u": {"u": 1}},
+            )
+        )
+        made.append(await store.create_session("bot", title="deep plain"))
+    with use_scope(f"{tenant}/a"):
+        made.append(await store.create_session("other", title="mid"))
+    with use_scope(f"{tenant}/b"):
+        made.append(await store.create_session("bot", title="beside", data={"b": None}))
+    with use_scope(tenant):
+        expected = {s.id: (await store.get_session(s.id)).data for s in made}
+    assert expected[made[1].id] == {"t": 1, "v": "own", "a": 1, "u": 1}
+    assert expected[made[4].id] == {"t": 1, "v": "t", "b": None}
+
+    def check(rows: list[cortex.Session]) -> None:
+        assert rows
+        for row in rows:
+            assert row.data == expected[row.id], row.title
+            assert list(row.data) == list(expected[row.id]), row.title
+
+    listings = [
+        (tenant, ListFilter()),
+        (tenant, ListFilter(limit=2, offset=1)),
+        (tenant, ListFilter(search="deep")),
+        (tenant, ListFilter(agent_id="bot")),
+        (f"{tenant}/a", ListFilter()),
+        (f"{tenant}/a/u", ListFilter(exact=True, search="plain")),
+        (f"{tenant}/b", ListFilter()),
+    ]
+    for scope, flt in listings:
+        with use_scope(scope):
+            check(await store.list_sessions(flt))
+            check([s async for s in store.iter_sessions(flt.model_copy(update={"offset": 0}))])
+    with use_scope(tenant):
+        walked = [s async for s in store.iter_sessions(ListFilter(limit=1))]
+    check(walked)
+    assert len(walked) == len(made)
+    with use_scope(f"{tenant}/nobody"):
+        assert await store.list_sessions() == []
+
+
+async def test_a_create_replayed_writes_no_scope_state_and_compares_it(
+    store: cortex.Store, tenant: str
+) -> None:
+    """A caller-chosen id keys the whole create, its ``scope_data`` included."""
+    sid = format_id("ses", new_uuid())
+    with use_scope(f"{tenant}/team"):
+        made = await store.create_session("bot", session_id=sid, scope_data={tenant: {"s": 1}})
+        other = await store.create_session("bot")
+        await store.append_messages(
+            other.id, [NewMessage("user", "x")], scope_data={tenant: {"s": 2}}
+        )
+        # The same create again: the session as it is now, and nothing merged again.
+        again = await store.create_session("bot", session_id=sid, scope_data={tenant: {"s": 1}})
+        assert again.id == made.id
+        assert again.data == {"s": 2}
+        assert await store.get_scope_data(tenant) == {"s": 2}
+        for scope_data in ({tenant: {"s": 3}}, None, {f"{tenant}/team": {"s": 1}}):
+            with pytest.raises(Conflict, match="taken"):
+                await store.create_session("bot", session_id=sid, scope_data=scope_data)
+        assert await store.get_scope_data(tenant) == {"s": 2}
+        assert await store.get_scope_data(f"{tenant}/team") == {}
+        plain = format_id("ses", new_uuid())
+        await store.create_session("bot", session_id=plain)
+        with pytest.raises(Conflict, match="taken"):
+            await store.create_session("bot", session_id=plain, scope_data={tenant: {"s": 4}})
+        assert await store.get_scope_data(tenant) == {"s": 2}

@@ -67,7 +67,7 @@ def test_search_escapes_wildcards() -> None:
     # Across a whole tenant: candidates from the search function, same escaped pattern.
     tenant = Scope.parse("acme")
     text = sql(session_predicate(filter_shape(tenant, flt)), filter_params(tenant, flt))
-    assert "sessions.id IN (SELECT cortex_search_ids('%50/%/_%')" in text
+    assert "sessions.id IN (SELECT public.cortex_search_ids(CAST('%50/%/_%' AS TEXT))" in text
     assert "ILIKE" not in text
 
 
