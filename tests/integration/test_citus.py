@@ -522,9 +522,11 @@ def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) ->
 
     The legacy release writes at 20260801000001 and, one revision at a time,
     at every revision below CITUS_FLOOR too (the revision's trigger fills
-    the tenant); at the head every cortex table is distributed and
-    co-located, every legacy message is in its conversation's default
-    session, and a store works.
+    the tenant), where nothing is distributed; one revision at a time, the
+    pipeline also rolls back to the legacy schema and forward again there.
+    At the head every cortex table is distributed and co-located, every
+    legacy message is in its conversation's default session, and a store
+    works.
     """
     from cortex._engine import SCHEMA_REVISION
     from cortex.migrate import CITUS_FLOOR
@@ -547,11 +549,19 @@ def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) ->
             parts = [rows[k::3] for k in range(3)]
             insert_legacy(db.owner_url, parts[0])
             written = 1
+            below = [rev for rev in revisions if rev < CITUS_FLOOR]
             for step in revisions[1:]:
                 _db(db.owner_url, "upgrade", step)
                 if step < CITUS_FLOOR:
+                    assert asyncio.run(_distribution(db.owner_url)) == set()
                     insert_legacy(db.owner_url, parts[written], start=len(rows) * written)
                     written += 1
+                if step == below[-1]:
+                    for back in reversed(below[:-1]):
+                        _db(db.owner_url, "downgrade", back)
+                        assert asyncio.run(_distribution(db.owner_url)) == set()
+                    for again in below[1:]:
+                        _db(db.owner_url, "upgrade", again)
             assert written == len(parts)
         else:
             insert_legacy(db.owner_url, rows)
@@ -621,44 +631,15 @@ def test_downgrade_and_upgrade_one_revision_at_a_time(server_url: str) -> None:
         drop_database(server_url, db)
 
 
-def test_below_the_floor_a_citus_database_stays_local_and_round_trips(server_url: str) -> None:
-    """Below CITUS_FLOOR nothing is distributed; down to the legacy schema and up again, rows kept."""
-    from cortex.migrate import CITUS_FLOOR
-    from tests.migrations.legacy import insert_legacy
-
-    tenants = [f"t{uuid.uuid4().hex[:12]}"]
-    conversations = _legacy_conversations(tenants)
-    rows = [(b, s, "user", text) for (b, s), texts in conversations.items() for text in texts]
-    below = [rev for rev in _revisions() if rev < CITUS_FLOOR]
-    db = _unmigrated_citus_database(server_url)
-    try:
-        _db(db.owner_url, "upgrade", below[0])
-        insert_legacy(db.owner_url, rows)
-        for step in below[1:]:
-            _db(db.owner_url, "upgrade", step)
-            assert asyncio.run(_distribution(db.owner_url)) == set()
-        for step in reversed(below[:-1]):
-            _db(db.owner_url, "downgrade", step)
-            assert asyncio.run(_distribution(db.owner_url)) == set()
-        for step in below[1:]:
-            _db(db.owner_url, "upgrade", step)
-        _db(db.owner_url, "upgrade", "head")
-        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
-        assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
-        asyncio.run(_store_works(db, conversations))
-    finally:
-        drop_database(server_url, db)
-
-
-@pytest.mark.parametrize(
-    "migrated_to", ["20260824000003", "20260901000005", "20261201000010", "head"]
-)
-def test_citus_added_at_any_revision_then_upgraded(server_url: str, migrated_to: str) -> None:
+@pytest.mark.parametrize("migrated_to", ["20260901000005", "20261201000010", "head"])
+def test_citus_added_to_a_migrated_database_then_upgraded(
+    server_url: str, migrated_to: str
+) -> None:
     """Migrated as plain PostgreSQL, holding legacy rows, then made a Citus database and upgraded.
 
-    Below CITUS_FLOOR the backfill still runs on local tables; past it the
-    revisions that create a table co-locate it with a ``sessions`` that a
-    plain migration left local.
+    The revisions that create a table co-locate it with a ``sessions`` that
+    a plain migration left local, and the shards call functions made before
+    the extension.
     """
     import tests.conftest as conftest
     from cortex.migrate import upgrade
