@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Collection, Mapping
 from logging.config import fileConfig
+from typing import Any
 
 import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
@@ -29,6 +32,7 @@ from cortex import _ddl
 from cortex._engine import make_engine, normalise_url
 from cortex._tables import metadata
 from cortex.migrate import (
+    CITUS_FLOOR,
     MIGRATION_LOCK_KEY,
     check_distributed_downgrade,
     check_downgrade,
@@ -56,6 +60,15 @@ def _url() -> str:
     return url
 
 
+def _distribute_at_the_floor(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
+    # On Citus the tables the revisions below CITUS_FLOOR left local are
+    # distributed in its step, before a later revision co-locates with them.
+    if step.is_upgrade and step.up_revision_id == CITUS_FLOOR:
+        ctx.execute(distribute_all_sql())
+
+
 def run_migrations_offline() -> None:
     """Emit SQL for review instead of running it (``cortex db sql``)."""
     context.configure(
@@ -64,10 +77,13 @@ def run_migrations_offline() -> None:
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
         transaction_per_migration=True,
+        on_version_apply=_distribute_at_the_floor,
     )
     with context.begin_transaction():
         # The script refuses, as an online run does, another role's objects in cortex's way.
         context.execute(_ddl.preflight_check())
+        # A database migrated before the extension was added (cortex.migrate).
+        context.execute(distribute_all_sql())
         context.run_migrations()
 
 
@@ -116,12 +132,17 @@ def _do_run_migrations(connection: Connection) -> None:
             # commit its batches and a failure keeps the revisions before it.
             transaction_per_migration=True,
             compare_type=True,
+            on_version_apply=_distribute_at_the_floor,
         )
+        if going_to is None:
+            # On Citus, a database migrated before the extension was added:
+            # distributed before a revision co-locates a new table with its
+            # tables (cortex.migrate), and again after the run.
+            connection.exec_driver_sql(distribute_all_sql())
+            connection.commit()
         with context.begin_transaction():
             context.run_migrations()
-        # On Citus, a database migrated before the extension was added (cortex.migrate).
-        for statement in distribute_all_sql():
-            connection.exec_driver_sql(statement)
+        connection.exec_driver_sql(distribute_all_sql())
         # Objects a run (re)created carry no grants yet: give every
         # application role what it held before (cortex.migrate.regrant_sql).
         for statement in regrant_sql(connection):

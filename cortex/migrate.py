@@ -17,9 +17,9 @@ security applies to it; :func:`grant_sql` lists what that role needs.
 
 Citus: on a database with the ``citus`` extension (a coordinator), each
 migration that creates a cortex table distributes it there and then by
-calling :func:`distribute`, so ``cortex db upgrade`` alone produces the
-distributed schema and no revision ever leaves a local table behind. On
-plain PostgreSQL the call does nothing.
+calling :func:`distribute`, and the step of :data:`CITUS_FLOOR` distributes
+the tables the revisions below it keep local, so ``cortex db upgrade`` alone
+produces the distributed schema. On plain PostgreSQL the call does nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -117,44 +118,92 @@ class DataLossRefused(InvalidInput):
 # statement (joins and foreign keys included) runs on one worker.
 COLOCATION_ANCHOR: Final = "sessions"
 
+# The oldest revision a distributed (Citus) database can be at: below it the
+# tables are not yet keyed by tenant, and the backfill needs them local.
+CITUS_FLOOR: Final = "20260824000004"
+
 
 def distribute_sql(table: str) -> str:
     """The statement that distributes ``table`` by ``tenant_id`` if the database runs Citus.
 
     A ``DO`` block decided by the server when it runs, so the offline SQL
-    ``cortex db sql`` prints does the same as an online upgrade. Nested IFs:
-    ``pg_dist_partition`` exists only where the extension does, and PL/pgSQL
-    plans a statement only when it reaches it. Already distributed: nothing.
-    No cortex table fits a reference table (each is per tenant), and
-    ``alembic_version`` stays on the coordinator, where only migrations read it.
+    ``cortex db sql`` prints does the same as an online upgrade. It does
+    nothing unless the extension exists and the database's revision is at
+    or past :data:`CITUS_FLOOR`: below it the tables are not yet shaped for
+    distribution (``messages`` gains ``tenant_id`` and ``sessions`` appears in
+    20260824000002), the backfill's batches must run on local tables, and
+    the legacy release's inserts need the trigger that fills their tenant.
+    Absent or already distributed: nothing. No cortex table fits a
+    reference table (each is per tenant), and ``alembic_version`` stays on
+    the coordinator, where only migrations read it.
     """
-    if _ROLE.fullmatch(table) is None:
-        raise InvalidInput(f"table: {table!r} is not a plain SQL identifier")
-    colocate = "none" if table == COLOCATION_ANCHOR else COLOCATION_ANCHOR
+    return _distribute_sql((table,))
+
+
+# cortex's functions Citus does not hold on the workers (the routines apart).
+_UNPROPAGATED_FUNCTIONS: Final = f"""
+        SELECT p.oid FROM pg_catalog.pg_proc AS p
+        WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+          AND pg_catalog.starts_with(p.proname, 'cortex')
+          AND NOT pg_catalog.starts_with(p.proname, '{_routines.PREFIX}')
+          AND NOT EXISTS (
+              SELECT FROM pg_catalog.pg_dist_object AS o
+              WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
+          )"""
+
+
+def _distribute_sql(tables: Sequence[str]) -> str:
+    for table in tables:
+        if _ROLE.fullmatch(table) is None:
+            raise InvalidInput(f"table: {table!r} is not a plain SQL identifier")
+    names = ", ".join(f"'{table}'" for table in tables)
+    # Nested IFs and RETURNs: pg_dist_partition and alembic_version may not
+    # exist, and PL/pgSQL plans a statement only when it reaches it.
     return f"""
 DO $citus$
 DECLARE
+    cortex_table text;
     trigger_name name;
+    function_id oid;
 BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
-       AND pg_catalog.to_regclass('{table}') IS NOT NULL THEN
-        IF NOT EXISTS (
-            SELECT FROM pg_catalog.pg_dist_partition
-            WHERE logicalrelid = pg_catalog.to_regclass('{table}')
-        ) THEN
-            -- Citus refuses triggers on distributed tables (citus.enable_unsafe_triggers).
-            -- cortex's own serve the previous releases only (a legacy writer's tenant,
-            -- an old release's metadata rewrite); a Citus database serves this one.
-            FOR trigger_name IN
-                SELECT tgname FROM pg_catalog.pg_trigger
-                WHERE tgrelid = pg_catalog.to_regclass('{table}') AND NOT tgisinternal
-                  AND tgname LIKE 'cortex%'
-            LOOP
-                EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, '{table}');
-            END LOOP;
-            PERFORM create_distributed_table('{table}', 'tenant_id', colocate_with => '{colocate}');
-        END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
+       OR pg_catalog.to_regclass('alembic_version') IS NULL THEN
+        RETURN;
     END IF;
+    IF NOT EXISTS (SELECT FROM alembic_version WHERE version_num >= '{CITUS_FLOOR}') THEN
+        RETURN;
+    END IF;
+    IF EXISTS ({_UNPROPAGATED_FUNCTIONS}) THEN
+        -- Citus propagates a function over one connection per node, which a
+        -- parallel DDL earlier in the transaction forbids.
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
+    FOREACH cortex_table IN ARRAY ARRAY[{names}]::text[] LOOP
+        CONTINUE WHEN pg_catalog.to_regclass(cortex_table) IS NULL OR EXISTS (
+            SELECT FROM pg_catalog.pg_dist_partition
+            WHERE logicalrelid = pg_catalog.to_regclass(cortex_table)
+        );
+        -- Citus refuses triggers on distributed tables (citus.enable_unsafe_triggers).
+        -- cortex's own serve the previous releases only (a legacy writer's tenant,
+        -- an old release's metadata rewrite); a Citus database serves this one.
+        FOR trigger_name IN
+            SELECT tgname FROM pg_catalog.pg_trigger
+            WHERE tgrelid = pg_catalog.to_regclass(cortex_table) AND NOT tgisinternal
+              AND tgname LIKE 'cortex%'
+        LOOP
+            EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, cortex_table);
+        END LOOP;
+        PERFORM create_distributed_table(
+            pg_catalog.to_regclass(cortex_table), 'tenant_id',
+            colocate_with => CASE cortex_table WHEN '{COLOCATION_ANCHOR}' THEN 'none'
+                                               ELSE '{COLOCATION_ANCHOR}' END
+        );
+    END LOOP;
+    -- Made before the extension, they are on the coordinator only, yet the
+    -- shards call them; after the tables, which their bodies name.
+    FOR function_id IN {_UNPROPAGATED_FUNCTIONS} LOOP
+        PERFORM create_distributed_function(function_id::regprocedure);
+    END LOOP;
 END
 $citus$
 """
@@ -166,6 +215,8 @@ def distribute(table: str) -> None:
     Called right after the table exists (with its primary key, which leads
     with ``tenant_id``), before anything references it: a foreign key from a
     distributed table needs its target distributed and co-located already.
+    Below :data:`CITUS_FLOOR` it does nothing; the floor's own step
+    distributes the tables created before it (:func:`distribute_all_sql`).
     """
     op.execute(distribute_sql(table))
 
@@ -180,16 +231,20 @@ _DISTRIBUTED_TABLES: Final = (
 )
 
 
-def distribute_all_sql() -> list[str]:
-    """What ``alembic/env.py`` runs after every upgrade run: each table distributed on Citus.
+def distribute_all_sql() -> str:
+    """One statement distributing every cortex table still local, on Citus at or past the floor.
 
-    The revisions distribute each table as they create it; this catches a
-    database migrated *before* the citus extension was added to it, so
-    ``cortex db upgrade`` alone always leaves the schema distributed. A
-    table already distributed (or absent, after a downgrade) is skipped;
-    on plain PostgreSQL every block does nothing.
+    ``alembic/env.py`` runs it in the step that reaches :data:`CITUS_FLOOR`
+    (in the step's transaction, online and in offline SQL), which
+    distributes the ``sessions`` and ``messages`` earlier revisions created
+    local, and before and after every upgrade run, so a database migrated
+    *before* the citus extension was added is distributed by the next
+    ``cortex db upgrade`` before a revision co-locates a new table with it.
+    Each cortex function Citus lacks is handed to it too (ones made before
+    the extension exist on the coordinator only). Tables absent at this
+    revision are skipped; on plain PostgreSQL it does nothing.
     """
-    return [distribute_sql(table) for table in _DISTRIBUTED_TABLES]
+    return _distribute_sql(_DISTRIBUTED_TABLES)
 
 
 _DISTRIBUTION_SQL: Final = """
@@ -298,13 +353,6 @@ def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> N
             f"downgrade to {target} would destroy data: {'; '.join(lost)}. "
             "Pass --allow-data-loss (cortex db downgrade) to go ahead"
         )
-
-
-# The oldest revision a distributed (Citus) database can be at. Below it the
-# backfill is undone by cross-tenant statements, then messages lose
-# tenant_id, their distribution column: the schema before sessions existed
-# cannot be distributed by tenant at all (add Citus after this revision).
-CITUS_FLOOR: Final = "20260824000004"
 
 
 def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> None:

@@ -47,7 +47,6 @@ from sqlalchemy.engine import Connection
 from alembic import context, op
 from cortex import _ddl as ddl
 from cortex._progress import progress
-from cortex.migrate import distribute
 
 revision: str = "20260824000002"
 down_revision: str | Sequence[str] | None = "20260801000001"
@@ -250,7 +249,6 @@ def upgrade() -> None:
         or op.get_bind().execute(sa.text("SELECT to_regclass('sessions')")).scalar() is None
     ):
         _create_sessions()
-    distribute("sessions")  # on Citus only (cortex.migrate)
     # The rest touches messages, which the running release uses: step by step.
     with op.get_context().autocommit_block():
         # Expand messages: nullable columns or constant defaults only (no rewrite),
@@ -286,8 +284,6 @@ def upgrade() -> None:
                 "ALTER TABLE messages DROP CONSTRAINT IF EXISTS messages_pkey, "
                 "ADD CONSTRAINT pk_messages PRIMARY KEY USING INDEX pk_messages"
             )
-        # Keyed by tenant now; distributed before its foreign key into sessions.
-        distribute("messages")  # on Citus only (cortex.migrate)
         ddl.add_foreign_key(
             "messages",
             "fk_messages_tenant_id_session_id_sessions",

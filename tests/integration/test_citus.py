@@ -365,35 +365,6 @@ async def test_every_statement_is_a_single_shard_router_query(
     assert problems == {}
 
 
-def test_upgrade_distributes_a_database_migrated_before_citus(server_url: str) -> None:
-    # Migrated on the coordinator as plain PostgreSQL (no extension yet), then
-    # made a Citus database: `cortex db upgrade` has no revision left to run,
-    # and still distributes every table.
-    import tests.conftest as conftest
-
-    conftest.CITUS_URL = None
-    try:
-        db = create_database(server_url)
-    finally:
-        conftest.CITUS_URL = CITUS_URL
-    try:
-        for host, port in citus_workers():
-            node = make_url(server_url).set(host=host, port=port)
-            asyncio.run(
-                admin(
-                    node.render_as_string(hide_password=False),
-                    f'CREATE DATABASE "{db.name}"',
-                    f'CREATE ROLE "{db.app_role}" LOGIN',
-                )
-            )
-        asyncio.run(conftest.make_citus(server_url, db.name))
-        assert main(["--database-url", db.owner_url, "db", "upgrade"]) == 0
-        distribution = asyncio.run(_distribution(db.owner_url))
-        assert distribution == {(table, "distributed") for table in _TABLES}
-    finally:
-        drop_database(server_url, db)
-
-
 def test_downgrade_to_the_floor_and_back_and_no_further(server_url: str) -> None:
     """Every revision's downgrade runs on the cluster down to CITUS_FLOOR, and upgrade comes back.
 
@@ -449,3 +420,244 @@ async def test_small_and_large_batches_number_exactly(
         "SELECT message_count FROM sessions WHERE tenant_id = $1", tenant
     )
     assert count == 44
+
+
+def _unmigrated_citus_database(server_url: str, *, citus: bool = True) -> Database:
+    """A database on every node with the extension and the workers, and no revision applied.
+
+    With ``citus=False`` the extension is left out (``conftest.make_citus`` adds it later).
+    """
+    import tests.conftest as conftest
+
+    suffix = uuid.uuid4().hex[:10]
+    name, role = f"cortex_t_{suffix}", f"cortex_app_{suffix}"
+    nodes = [server_url] + [
+        make_url(server_url).set(host=host, port=port).render_as_string(hide_password=False)
+        for host, port in citus_workers()
+    ]
+    for node in nodes:
+        asyncio.run(admin(node, f'CREATE DATABASE "{name}"', f'CREATE ROLE "{role}" LOGIN'))
+    if citus:
+        asyncio.run(conftest.make_citus(server_url, name))
+    return Database(
+        name,
+        conftest.with_database(server_url, name),
+        conftest.with_database(server_url, name, user=role),
+        role,
+    )
+
+
+def _revisions() -> list[str]:
+    """Every revision id, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    from cortex.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def _db(url: str, *args: str) -> None:
+    assert main(["--database-url", url, "db", *args]) == 0, args
+
+
+def _legacy_conversations(tenants: list[str]) -> dict[tuple[str, str], list[str]]:
+    """What the legacy release writes: (agent, scope) -> contents, a few per conversation."""
+    return {
+        ("bot", f"{tenant}/u{user}"): [f"{tenant} u{user} #{i}" for i in range(3)]
+        for tenant in tenants
+        for user in range(2)
+    }
+
+
+async def _conversations(url: str, tenants: list[str]) -> dict[tuple[str, str], list[str]]:
+    """Each default session of the tenants, by (agent, scope): its messages' contents in seq order."""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT s.agent_id, s.scope, s.message_count,"
+            " array_agg(m.content ORDER BY m.seq) AS contents,"
+            " array_agg(m.seq ORDER BY m.seq) AS seqs"
+            " FROM sessions s JOIN messages m ON m.tenant_id = s.tenant_id AND m.session_id = s.id"
+            " WHERE s.tenant_id = ANY($1::text[]) AND s.is_default"
+            " GROUP BY s.tenant_id, s.id, s.agent_id, s.scope, s.message_count",
+            tenants,
+        )
+        unsessioned = await conn.fetchval(
+            "SELECT count(*) FROM messages WHERE tenant_id = ANY($1::text[]) AND session_id IS NULL",
+            tenants,
+        )
+    finally:
+        await conn.close()
+    assert unsessioned == 0
+    for row in rows:
+        assert row["message_count"] == len(row["contents"])
+        assert list(row["seqs"]) == list(range(1, len(row["seqs"]) + 1))
+    return {(r["agent_id"], r["scope"]): list(r["contents"]) for r in rows}
+
+
+async def _store_works(db: Database, legacy: dict[tuple[str, str], list[str]]) -> None:
+    """As the application role, refusing fan-out: the legacy conversations read, new ones written."""
+    from cortex.migrate import grant_sql
+
+    await admin(db.owner_url, *grant_sql(db.app_role))
+    async with cortex.connect(store_url(db)) as store:
+        assert store.distributed
+        for (bot, scope), contents in legacy.items():
+            with use_scope(scope):
+                default = await store.resolve_session(bot)
+                assert [m.content for m in await store.list_messages(default.id)] == contents
+                created = await store.create_session(agent())
+                await store.append_messages(created.id, [NewMessage("user", "after the upgrade")])
+                assert [m.content for m in await store.list_messages(created.id)] == [
+                    "after the upgrade"
+                ]
+                listed = await store.list_sessions(ListFilter(exact=True))
+                assert {s.id for s in listed} == {default.id, created.id}
+
+
+@pytest.mark.parametrize("stepwise", [True, False], ids=["one-revision-at-a-time", "all-at-once"])
+def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) -> None:
+    """A fresh Citus database at the legacy schema, written by the legacy release, upgraded to head.
+
+    The legacy release writes at 20260801000001 and, one revision at a time,
+    at every revision below CITUS_FLOOR too (the revision's trigger fills
+    the tenant), where nothing is distributed; one revision at a time, the
+    pipeline also rolls back to the legacy schema and forward again there.
+    At the head every cortex table is distributed and co-located, every
+    legacy message is in its conversation's default session, and a store
+    works.
+    """
+    from cortex._engine import SCHEMA_REVISION
+    from cortex.migrate import CITUS_FLOOR
+    from tests.migrations.legacy import insert_legacy
+
+    tenants = [f"t{uuid.uuid4().hex[:12]}" for _ in range(3)]
+    conversations = _legacy_conversations(tenants)
+    rows = [
+        (bot, scope, "user", text)
+        for (bot, scope), texts in conversations.items()
+        for text in texts
+    ]
+    db = _unmigrated_citus_database(server_url)
+    try:
+        revisions = _revisions()
+        _db(db.owner_url, "upgrade", revisions[0])
+        if stepwise:
+            # Each conversation's first message at the legacy schema, the next
+            # ones at each later revision below the floor.
+            parts = [rows[k::3] for k in range(3)]
+            insert_legacy(db.owner_url, parts[0])
+            written = 1
+            below = [rev for rev in revisions if rev < CITUS_FLOOR]
+            for step in revisions[1:]:
+                _db(db.owner_url, "upgrade", step)
+                if step < CITUS_FLOOR:
+                    assert asyncio.run(_distribution(db.owner_url)) == set()
+                    insert_legacy(db.owner_url, parts[written], start=len(rows) * written)
+                    written += 1
+                if step == below[-1]:
+                    for back in reversed(below[:-1]):
+                        _db(db.owner_url, "downgrade", back)
+                        assert asyncio.run(_distribution(db.owner_url)) == set()
+                    for again in below[1:]:
+                        _db(db.owner_url, "upgrade", again)
+            assert written == len(parts)
+        else:
+            insert_legacy(db.owner_url, rows)
+            _db(db.owner_url, "upgrade", "head")
+        assert asyncio.run(_revision(db.owner_url)) == SCHEMA_REVISION
+        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
+        assert asyncio.run(_colocation_groups(db.owner_url)) == 1
+        assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
+        asyncio.run(_store_works(db, conversations))
+    finally:
+        drop_database(server_url, db)
+
+
+async def _colocation_groups(url: str) -> int:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        return int(await conn.fetchval("SELECT count(DISTINCT colocation_id) FROM citus_tables"))
+    finally:
+        await conn.close()
+
+
+def test_downgrade_and_upgrade_one_revision_at_a_time(server_url: str) -> None:
+    """From the head down to CITUS_FLOOR and back up, one revision per run, on a distributed database."""
+    from cortex.migrate import CITUS_FLOOR, grant_sql
+
+    revisions = _revisions()
+    floor = revisions.index(CITUS_FLOOR)
+    tenant = f"t{uuid.uuid4().hex[:12]}"
+    bot = agent()
+
+    async def write() -> str:
+        async with cortex.connect(store_url(db)) as store:
+            with use_scope(f"{tenant}/u"):
+                session = await store.create_session(bot, title="kept")
+                await store.append_messages(session.id, [NewMessage("user", "one")])
+                await store.append_messages(session.id, [NewMessage("assistant", "two")])
+                return session.id
+
+    async def read_and_write(session_id: str) -> None:
+        await admin(db.owner_url, *grant_sql(db.app_role))
+        async with cortex.connect(store_url(db)) as store:
+            with use_scope(f"{tenant}/u"):
+                contents = [m.content for m in await store.list_messages(session_id)]
+                assert contents == ["one", "two"]
+                await store.append_messages(session_id, [NewMessage("user", "three")])
+                created = await store.create_session(bot)
+                listed = await store.list_sessions(ListFilter(exact=True))
+                assert {s.id for s in listed} == {session_id, created.id}
+                assert (await store.get_session(session_id)).message_count == 3
+
+    db = create_database(server_url)
+    try:
+        session_id = asyncio.run(write())
+        for step in reversed(revisions[floor:-1]):
+            _db(db.owner_url, "downgrade", step)
+            assert asyncio.run(_revision(db.owner_url)) == step
+        assert asyncio.run(_distribution(db.owner_url)) == {
+            ("messages", "distributed"),
+            ("sessions", "distributed"),
+        }
+        for step in revisions[floor + 1 :]:
+            _db(db.owner_url, "upgrade", step)
+        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
+        assert asyncio.run(_colocation_groups(db.owner_url)) == 1
+        asyncio.run(read_and_write(session_id))
+    finally:
+        drop_database(server_url, db)
+
+
+@pytest.mark.parametrize("migrated_to", ["20260901000005", "20261201000010", "head"])
+def test_citus_added_to_a_migrated_database_then_upgraded(
+    server_url: str, migrated_to: str
+) -> None:
+    """Migrated as plain PostgreSQL, holding legacy rows, then made a Citus database and upgraded.
+
+    The revisions that create a table co-locate it with a ``sessions`` that
+    a plain migration left local, and the shards call functions made before
+    the extension.
+    """
+    import tests.conftest as conftest
+    from cortex.migrate import upgrade
+    from tests.migrations.legacy import insert_legacy
+
+    tenants = [f"t{uuid.uuid4().hex[:12]}"]
+    conversations = _legacy_conversations(tenants)
+    rows = [(b, s, "user", text) for (b, s), texts in conversations.items() for text in texts]
+    db = _unmigrated_citus_database(server_url, citus=False)
+    try:
+        upgrade(db.owner_url, "20260801000001")
+        insert_legacy(db.owner_url, rows)
+        upgrade(db.owner_url, migrated_to)
+        asyncio.run(conftest.make_citus(server_url, db.name))
+        _db(db.owner_url, "upgrade")
+        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
+        assert asyncio.run(_colocation_groups(db.owner_url)) == 1
+        assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
+        asyncio.run(_store_works(db, conversations))
+    finally:
+        drop_database(server_url, db)
