@@ -27,11 +27,11 @@ from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 
 from cortex import ListFilter
 from cortex._db import begin_sql
 from cortex._engine import driver_dsn
+from cortex._executor import compile_statement as cortex_compile
 from cortex._executor import routine_key
 from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
 from cortex._messages import _append_statement
@@ -46,8 +46,6 @@ from cortex._sessions import (
 from cortex.ids import new_uuid
 from cortex.migrate import grant_sql, upgrade
 from cortex.scope import Scope
-
-_DIALECT = pg_asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
 
 @dataclass(frozen=True)
@@ -117,8 +115,8 @@ async def server_facts(url: str) -> dict[str, Any]:
 
 def compile_statement(stmt: Any) -> tuple[str, list[str]]:
     """The SQL text SQLAlchemy sends asyncpg for this statement, and its parameter order."""
-    compiled = stmt.compile(dialect=_DIALECT)
-    return str(compiled), list(compiled.positiontup or [])
+    compiled = cortex_compile(stmt)
+    return compiled.sql, list(compiled.order)
 
 
 def bind(order: list[str], values: dict[str, Any]) -> list[Any]:
