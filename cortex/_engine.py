@@ -263,8 +263,10 @@ SELECT EXISTS (
 # pg_database_owner stands for the database's owner, which is checked itself.
 FOREIGN_CREATORS_SQL: Final = """
 WITH owner AS (
+    -- public's own table, not the first sessions on the path: a schema
+    -- another role put ahead of public would otherwise name that role the owner.
     SELECT c.relowner AS oid FROM pg_catalog.pg_class AS c
-    WHERE c.oid = pg_catalog.to_regclass('sessions')
+    WHERE c.oid = pg_catalog.to_regclass('public.sessions')
 ), path AS (
     SELECT n.oid, n.nspname, n.nspacl, n.nspowner
     FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) AS s(name)
@@ -278,6 +280,19 @@ WITH owner AS (
         ) AS a
         WHERE a.grantee = 0 AND a.privilege_type = 'CREATE'
     )
+), planted AS (
+    -- Named like one of pg_catalog's: such an object outlives the right it was made with.
+    SELECT f.pronamespace AS nsp, f.proowner AS role FROM pg_catalog.pg_proc AS f
+    WHERE f.pronamespace IN (SELECT oid FROM path) AND EXISTS (
+        SELECT FROM pg_catalog.pg_proc AS q
+        WHERE q.pronamespace = 'pg_catalog'::regnamespace AND q.proname = f.proname
+    )
+    UNION
+    SELECT o.oprnamespace, o.oprowner FROM pg_catalog.pg_operator AS o
+    WHERE o.oprnamespace IN (SELECT oid FROM path) AND EXISTS (
+        SELECT FROM pg_catalog.pg_operator AS q
+        WHERE q.oprnamespace = 'pg_catalog'::regnamespace AND q.oprname = o.oprname
+    )
 )
 SELECT o.nspname::text || ': PUBLIC' FROM open_to_all AS o
 UNION ALL
@@ -288,7 +303,11 @@ JOIN pg_catalog.pg_roles AS r
  AND r.oid <> w.oid
  AND r.rolname <> 'pg_database_owner'
  AND NOT pg_catalog.pg_has_role(r.oid, w.oid, 'MEMBER')
- AND pg_catalog.has_schema_privilege(r.oid, p.oid, 'CREATE')
+ AND (
+     pg_catalog.has_schema_privilege(r.oid, p.oid, 'CREATE')
+     OR r.oid = p.nspowner
+     OR EXISTS (SELECT FROM planted AS d WHERE d.nsp = p.oid AND d.role = r.oid)
+ )
 WHERE p.oid NOT IN (SELECT oid FROM open_to_all)
 ORDER BY 1
 """
@@ -304,7 +323,8 @@ def foreign_creators_warning(creators: tuple[str, ...] | list[str]) -> str:
         f" search path ({shown}): such a role can plant a function or an operator that"
         " cortex's statements would run with the caller's rights, so the store uses no"
         " routines. Revoke it (REVOKE CREATE ON SCHEMA public FROM PUBLIC, or from the"
-        " role) and see SECURITY.md, Schema rights"
+        " role), drop the functions and operators such a role made there, and see"
+        " SECURITY.md, Schema rights"
     )
 
 

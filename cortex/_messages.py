@@ -563,7 +563,10 @@ def _append_params(
 
 
 def _sha256(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bytes]:
-    return sa.func.sha256(sa.func.convert_to(column, sa.literal_column("'UTF8'")))
+    # Qualified: convert_to(text, name) loses to another role's convert_to(text, text).
+    return sa.func.pg_catalog.sha256(
+        sa.func.pg_catalog.convert_to(column, sa.literal_column("'UTF8'"))
+    )
 
 
 @cache

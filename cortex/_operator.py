@@ -509,9 +509,10 @@ def _asked_before_statement() -> sa.Select[tuple[bool]]:
             sa.or_(
                 messages.c.requested_input["interrupt_id"].astext == _text("interrupt_id"),
                 # A message's further questions (revision 20261201000013).
+                # Qualified: the variadic "any" built-ins lose to any exact signature.
                 messages.c.more_requested_inputs.contains(
-                    sa.func.jsonb_build_array(
-                        sa.func.jsonb_build_object("interrupt_id", _text("interrupt_id"))
+                    sa.func.pg_catalog.jsonb_build_array(
+                        sa.func.pg_catalog.jsonb_build_object("interrupt_id", _text("interrupt_id"))
                     )
                 ),
             ),

@@ -76,17 +76,19 @@ METADATA_TEXT: Final = sa.func.coalesce(
 # scope_data's primary key; the ancestors are computed from the row's path.
 # The tenant is the bound parameter every statement carries (``scope_tenant``),
 # not the row's column: Citus routes the subquery to the tenant's shard by it,
-# and plans it for every shard without.
+# and plans it for every shard without. The built-ins are qualified: another
+# role's overload of generate_series(integer, smallint) or of a polymorphic one
+# would match better than pg_catalog's and run as the reader.
 MERGED_DATA: Final = sa.type_coerce(
     sa.text(
         # Most tenants keep no scope state: an uncorrelated EXISTS (one
         # InitPlan per statement) spares every row the per-row lookup then.
         "(CASE WHEN EXISTS (SELECT FROM scope_data WHERE tenant_id = :scope_tenant)"
-        " THEN coalesce((SELECT jsonb_object_agg(e.key, e.value ORDER BY length(sd.scope))"
-        " FROM scope_data AS sd CROSS JOIN LATERAL jsonb_each(sd.data) AS e"
+        " THEN coalesce((SELECT pg_catalog.jsonb_object_agg(e.key, e.value ORDER BY pg_catalog.length(sd.scope))"
+        " FROM scope_data AS sd CROSS JOIN LATERAL pg_catalog.jsonb_each(sd.data) AS e"
         " WHERE sd.tenant_id = :scope_tenant AND sd.scope = ANY (ARRAY("
-        "SELECT array_to_string((string_to_array(sessions.scope, '/'))[1\\:i], '/')"
-        " FROM generate_series(1, sessions.scope_depth) AS i))), '{}'::jsonb)"
+        "SELECT pg_catalog.array_to_string((pg_catalog.string_to_array(sessions.scope, '/'))[1\\:i], '/')"
+        " FROM pg_catalog.generate_series(1, sessions.scope_depth) AS i))), '{}'::jsonb)"
         " ELSE '{}'::jsonb END"
         " || coalesce(sessions.data, '{}'::jsonb))::text"
     ).bindparams(sa.bindparam("scope_tenant", type_=sa.Text())),
@@ -811,7 +813,10 @@ async def lock_session_id(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None
 @cache
 def _lock_statement() -> sa.Select[Any]:
     key = sa.bindparam("lock_key", type_=sa.Text())
-    return sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(key, 0)))
+    # Qualified: the integer seed would match another role's hashtextextended(text, integer).
+    return sa.select(
+        sa.func.pg_catalog.pg_advisory_xact_lock(sa.func.pg_catalog.hashtextextended(key, 0))
+    )
 
 
 @cache

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 import cortex
-from cortex import ListFilter, SchemaMismatch, use_scope
+from cortex import ListFilter, NewMessage, SchemaMismatch, ids, use_scope
 from cortex._executor import compile_statement, routine_key
 from cortex._filters import FilterShape
 from cortex._routines import _definition
@@ -202,3 +202,91 @@ async def test_an_operator_planted_for_varchar_binds_is_never_run(db: Database) 
             assert [s.id for s in await store.list_sessions()] == [created.id]
             assert (await store.get_session(created.id)).title == "planted"
     assert await _escalated(db) == (False, False)
+
+
+# Better matches than pg_catalog's for the built-ins a session read calls:
+# generate_series(integer, integer) needs the smallint depth cast, and the
+# polymorphic array_to_string(anyarray, text) and jsonb_object_agg("any", "any")
+# lose to any signature naming the real types.
+_BUILTIN_OVERLOADS = (
+    "CREATE FUNCTION public.generate_series(a integer, b smallint) RETURNS SETOF integer"
+    " LANGUAGE plpgsql AS $$ BEGIN {body}"
+    " RETURN QUERY SELECT pg_catalog.generate_series(a, b::integer); END $$",
+    "CREATE FUNCTION public.array_to_string(a text[], b text) RETURNS text"
+    " LANGUAGE plpgsql AS $$ BEGIN {body} RETURN pg_catalog.array_to_string(a, b); END $$",
+    "CREATE FUNCTION public.planted_agg(s jsonb, k text, v jsonb) RETURNS jsonb"
+    " LANGUAGE plpgsql AS $$ BEGIN {body}"
+    " RETURN coalesce(s, '{{}}') || pg_catalog.jsonb_build_object(k, v); END $$",
+    "CREATE AGGREGATE public.jsonb_object_agg(text, jsonb) (SFUNC = public.planted_agg, STYPE = jsonb)",
+    # A keyed append's replay hashes what is stored; setting a default takes a lock by hash.
+    "CREATE FUNCTION public.convert_to(a text, b text) RETURNS bytea"
+    " LANGUAGE plpgsql AS $$ BEGIN {body} RETURN pg_catalog.convert_to(a, b::name); END $$",
+    "CREATE FUNCTION public.hashtextextended(a text, b integer) RETURNS bigint"
+    " LANGUAGE plpgsql AS $$ BEGIN {body} RETURN pg_catalog.hashtextextended(a, b); END $$",
+)
+
+
+async def _plant_builtin_overloads(db: Database) -> None:
+    body = _ESCALATE.format(role=db.app_role).replace("{", "{{").replace("}", "}}")
+    await _as_app(db, *(s.format(body=body) for s in _BUILTIN_OVERLOADS))
+
+
+async def _owner_reads_state(db: Database) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    async with cortex.connect(db.owner_url) as store:
+        with use_scope(f"{tenant}/app"):
+            made = await store.create_session(
+                "a", data={"s": 1}, scope_data={tenant: {"t": 1}, f"{tenant}/app": {"a": 1}}
+            )
+            assert (await store.get_session(made.id)).data == {"s": 1, "t": 1, "a": 1}
+            assert [s.data for s in await store.list_sessions()] == [{"s": 1, "t": 1, "a": 1}]
+            await store.set_default_session(made.id)
+            again = NewMessage("user", "hello", id=ids.format_id("msg", ids.new_uuid()))
+            first = await store.append_messages(made.id, [again])
+            assert await store.append_messages(made.id, [again]) == first
+
+
+async def test_a_builtin_overload_in_public_is_never_run_by_a_read(db: Database) -> None:
+    await admin(db.owner_url, f'GRANT CREATE ON SCHEMA public TO "{db.app_role}"')
+    await _plant_builtin_overloads(db)
+    await _owner_reads_state(db)
+    assert await _escalated(db) == (False, False)
+
+
+async def test_an_overload_planted_before_the_right_was_revoked_is_reported(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    await admin(db.owner_url, f'GRANT CREATE ON SCHEMA public TO "{db.app_role}"')
+    await _plant_builtin_overloads(db)
+    await admin(db.owner_url, f'REVOKE CREATE ON SCHEMA public FROM "{db.app_role}"')
+    with caplog.at_level(logging.WARNING, logger="cortex"):
+        async with cortex.connect(db.owner_url) as store:
+            assert store.routines == 0
+    # The right is gone, its objects are not: they still shadow pg_catalog's.
+    assert any(f"public: {db.app_role}" in r.getMessage() for r in caplog.records)
+
+
+def test_a_schema_named_like_the_owner_is_reported(
+    db: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CREATE on the database lets a role make the schema "$user" names for
+    # another login, ahead of public on its search path, with a sessions of its own.
+    asyncio.run(admin(db.owner_url, f'GRANT CREATE ON DATABASE "{db.name}" TO "{db.app_role}"'))
+    owner = asyncio.run(_owner_name(db))
+    asyncio.run(
+        _as_app(
+            db,
+            f'CREATE SCHEMA "{owner}"',
+            f'CREATE VIEW "{owner}".sessions AS SELECT * FROM public.sessions',
+        )
+    )
+    assert main(["db", "current", "--json", "--database-url", db.owner_url]) == 0
+    assert f"{owner}: {db.app_role}" in json.loads(capsys.readouterr().out)["foreign_creators"]
+
+
+async def _owner_name(db: Database) -> str:
+    conn = await asyncpg.connect(asyncpg_dsn(db.owner_url))
+    try:
+        return str(await conn.fetchval("SELECT current_user"))
+    finally:
+        await conn.close()
