@@ -67,11 +67,11 @@ SELECT p.oid::regprocedure::text AS signature, p.proname::text AS name, p.pronar
        pg_catalog.pg_get_userbyid(p.proowner)::text AS owner,
        p.proowner = (
            SELECT c.relowner FROM pg_catalog.pg_class AS c
-           WHERE c.oid = pg_catalog.to_regclass('sessions')
+           WHERE c.oid = pg_catalog.to_regclass('public.sessions')
        ) AS trusted
 FROM pg_catalog.pg_proc AS p
 JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
-WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
+WHERE p.pronamespace = 'public'::regnamespace
   AND p.proname LIKE 'cortex\_r\_%'
 """
 
