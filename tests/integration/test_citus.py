@@ -388,12 +388,17 @@ def test_downgrade_to_the_floor_and_back_and_no_further(server_url: str) -> None
         drop_database(server_url, db)
 
 
-async def _revision(url: str) -> str:
+async def _value(url: str, sql: str) -> object:
+    """The one value ``sql`` reads, on a connection of its own."""
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
-        return str(await conn.fetchval("SELECT version_num FROM alembic_version"))
+        return await conn.fetchval(sql)
     finally:
         await conn.close()
+
+
+async def _revision(url: str) -> str:
+    return str(await _value(url, "SELECT version_num FROM alembic_version"))
 
 
 async def _distribution(url: str) -> set[tuple[str, str]]:
@@ -576,11 +581,9 @@ def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) ->
 
 
 async def _colocation_groups(url: str) -> int:
-    conn = await asyncpg.connect(asyncpg_dsn(url))
-    try:
-        return int(await conn.fetchval("SELECT count(DISTINCT colocation_id) FROM citus_tables"))
-    finally:
-        await conn.close()
+    groups = await _value(url, "SELECT count(DISTINCT colocation_id) FROM citus_tables")
+    assert isinstance(groups, int)
+    return groups
 
 
 def test_downgrade_and_upgrade_one_revision_at_a_time(server_url: str) -> None:
