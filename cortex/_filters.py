@@ -198,7 +198,7 @@ def search_clause(shape: FilterShape) -> ColumnElement[bool]:
         if shape.distributed:
             # The candidates came from an earlier snapshot: a row whose title
             # or preview changed since is checked again here, on the few rows
-            # the ids fetch (a review's race test listed stale matches).
+            # the ids fetch (test_search_race.py lists stale matches without it).
             candidate = sessions.c.id == sa.any_(sa.bindparam("search_ids", type_=_UUIDS))
             return sa.and_(candidate, matches)
         ids = sa.func.public.cortex_search_ids(_exact_text(pattern), type_=UUID(as_uuid=True))

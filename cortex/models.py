@@ -416,7 +416,7 @@ def _slot_setter(name: str) -> Callable[[Any, Any], None]:
     ``object.__setattr__`` looks the name up along the class's MRO first:
     ``from_database`` alone took 2.2 µs that way against 0.9-1.1 µs through
     the descriptors in a ``timeit`` loop; in a listing's own loop a row costs
-    0.3-0.5 µs less (docs/benchmarks.md, stop 21). Should pydantic stop
+    0.3-0.5 µs less (docs/benchmarks.md, 2026-12-01). Should pydantic stop
     declaring the slot, the lookup is done as before.
     """
     slot = BaseModel.__dict__.get(name)

@@ -13,7 +13,7 @@ On Citus neither works: a function that reads a distributed table cannot
 run inside a query routed to a shard, and a tenant taken from a setting
 cannot route the function's own query. Searches on Citus filtered the
 listing walk instead, which reads every session of the tenant that does not
-match (issue #10).
+match.
 
 ``cortex_tenant_search(tenant, pattern)`` returns the matching ids as one
 array, for its own statement. Its query filters ``tenant_id`` by the

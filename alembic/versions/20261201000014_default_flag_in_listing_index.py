@@ -8,7 +8,7 @@ Why it exists: ``default_only`` across a whole tenant walked
 ``ix_sessions_tenant_recent (tenant_id, updated_at DESC, id DESC)`` and read
 each session's row to test ``is_default``: at 1,000,000 sessions, 2.13 ms p95
 in a 200,000-session tenant (about 8 rows read per default), the one page
-shape over the 2 ms target (issue #13). With ``is_default`` as the index's
+shape over the 2 ms target. With ``is_default`` as the index's
 last key column the test runs on the index entry, and only defaults are
 read; the order the listing walks is unchanged (``(updated_at, id)`` is
 unique). Not a partial index of defaults: that would add an index write to

@@ -8,7 +8,7 @@ Why it exists: revision 20261201000014 put ``is_default`` last in the
 whole-tenant listing index. The five other listing indexes (by agent, by
 exact scope, by agent and exact scope, by depth-2 subtree, by agent and
 depth-2 subtree) still made a ``default_only`` page read each session's row
-to test it. At 1,000,000 sessions (issue #13), under the generic plans the
+to test it. At 1,000,000 sessions, under the generic plans the
 routines run: an exact-scope default-only page of a 200,000-session tenant
 4.3 ms, a depth-2 one 4.0 ms, by agent across the tenant 2.0 ms; with the
 flag in the index 0.42, 0.80 and 0.44 ms (docs/query-plans.md). The order

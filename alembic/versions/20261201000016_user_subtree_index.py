@@ -11,7 +11,7 @@ it, was read through the tenant's (or the depth-2 scope's) listing index and
 filtered: on the physical benchmark's data (ten users interleaved in one
 tenant) a page of 100 stepped over 893 rows of the other users, 0.52 ms on
 the server against 0.15 ms for an index walk of the user's own rows
-(issue #13, docs/query-plans.md P8). With a thousand users in a tenant the
+(docs/query-plans.md P8). With a thousand users in a tenant the
 walk would step over a thousand rows per row returned. An expression index
 on the path's first three segments would need no new column, but row-level
 security keeps a non-leakproof function (``split_part``, ``substring``) out

@@ -1,4 +1,4 @@
-"""The append limits add up (issue #14.4): the largest batch cortex accepts goes through."""
+"""The append limits add up: the largest batch cortex accepts goes through."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retrying an ambiguous commit stores nothing twice (issue #14.9), and what a taken id reveals (#14.6).
+"""Retrying an ambiguous commit stores nothing twice, and what a taken id reveals.
 
 A proxy forwards COMMIT and then drops the client's socket: the server
 commits, the caller gets DatabaseUnavailable. The retry with the same

@@ -1,9 +1,9 @@
 """Several questions and answers in one message (revision 20261201000013), attacked.
 
-Written by an adversarial review of the feature, which found three problems
-these tests now hold fixed: a second resume of a message's second question
-was NotFound, not Conflict; the ADK service dropped calls past the hundredth
-of an event; the model let requested_input and requested_inputs drift apart.
+Attacks on the feature, which found three problems these tests now hold
+fixed: a second resume of a message's second question was NotFound, not
+Conflict; the ADK service dropped calls past the hundredth of an event; the
+model let requested_input and requested_inputs drift apart.
 Each store test runs twice: on the plain store and on one sending the
 statements a Citus store sends (``any_store``).
 """

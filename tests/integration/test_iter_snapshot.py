@@ -1,4 +1,4 @@
-"""iter_sessions yields every session that matched, exactly once, while others append (issue #14.8)."""
+"""iter_sessions yields every session that matched, exactly once, while others append."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Adversarial tests for the pool fast path (cortex._db) and the routines' generic plans.
 
-Written by a review of the first form of the fast path (commit bb90e23),
-which counted the slots cortex dropped. Each block says what it found:
+Attacks on the first form of the fast path (commit bb90e23), which counted
+the slots cortex dropped. Each block says what it found:
 
     FOUND  - failed on that commit; fixed since (cortex._db._next_idle_is_live
              reads the record the pool hands out next, and every checkout that

@@ -4,7 +4,7 @@ Plain PostgreSQL filters inside the listing statement. A distributed store
 (Citus) takes the candidates from ``cortex_tenant_search`` in one statement
 and reads the rows in a later one (another snapshot, or another transaction
 under autocommit routines): the listing checks the term again on the rows
-it reads. Found by an adversarial review: without that check, 526 of 1,500
+it reads. Without that check, 526 of 1,500
 listings on the test cluster returned a session retitled in between.
 """
 

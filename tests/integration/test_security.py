@@ -22,7 +22,7 @@ from tests.conftest import Database, admin, asyncpg_dsn, with_database
 from tests.figures import record
 
 # A pg_temp function that, run with the owner's rights, would lift row-level
-# security both ways the adversarial review found: as a superuser owner (give
+# security both ways these attacks found: as a superuser owner (give
 # the caller BYPASSRLS) and as a plain owner (switch RLS off on the table).
 _HIJACK = [
     """
@@ -137,7 +137,7 @@ def test_grants_survive_a_rollback_and_the_upgrade_after_it(
 
 
 async def test_a_response_schema_cannot_stall_resume(store: cortex.Store, tenant: str) -> None:
-    # The review's schema: Python's backtracking re needs ~1.8**n steps for n
+    # A hostile schema: Python's backtracking re needs ~1.8**n steps for n
     # a's and a '!' (14 s at n = 28), with the session's row lock held. Here
     # n = 60,000 and the answer is refused at once, before any lock.
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}

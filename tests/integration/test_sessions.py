@@ -37,7 +37,7 @@ async def test_caller_chosen_id_is_idempotent_key(store: cortex.Store, tenant: s
     with use_scope(tenant):
         s = await store.create_session("bot", session_id=sid)
         assert s.id == sid
-        # A retry of the same create returns the session (issue #14.9) ...
+        # A retry of the same create returns the session ...
         assert (await store.create_session("bot", session_id=sid)).id == sid
         # ... another create with the id is refused.
         with pytest.raises(Conflict, match="taken"):

@@ -1,6 +1,6 @@
 """cortex_tenant_search attacked as the application role, and the routed listing against the plain one.
 
-From an adversarial review of revision 20261201000012. The function answers
+Attacks on revision 20261201000012. The function answers
 only for the tenant bound to the transaction, whatever it is asked and
 whatever objects the caller creates; the statements a Citus store sends
 list, count and iterate exactly what the plain store does, LIKE's own

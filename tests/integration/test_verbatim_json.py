@@ -1,4 +1,4 @@
-"""Host-owned JSON comes back as it was sent (issue #14.5, #9's metadata bullet).
+"""Host-owned JSON comes back as it was sent.
 
 Metadata is stored as the JSON text cortex serialised from the caller's value
 and decoded on read, so numbers keep their exact value and type, and every
