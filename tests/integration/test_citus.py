@@ -572,12 +572,19 @@ def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) ->
             insert_legacy(db.owner_url, rows)
             _db(db.owner_url, "upgrade", "head")
         assert asyncio.run(_revision(db.owner_url)) == SCHEMA_REVISION
-        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
-        assert asyncio.run(_colocation_groups(db.owner_url)) == 1
-        assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
-        asyncio.run(_store_works(db, conversations))
+        _assert_distributed_and_intact(db, tenants, conversations)
     finally:
         drop_database(server_url, db)
+
+
+def _assert_distributed_and_intact(
+    db: Database, tenants: list[str], conversations: dict[tuple[str, str], list[str]]
+) -> None:
+    """Every table distributed in one co-location group, the legacy rows kept, the store working."""
+    assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
+    assert asyncio.run(_colocation_groups(db.owner_url)) == 1
+    assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
+    asyncio.run(_store_works(db, conversations))
 
 
 async def _colocation_groups(url: str) -> int:
@@ -658,9 +665,6 @@ def test_citus_added_to_a_migrated_database_then_upgraded(
         upgrade(db.owner_url, migrated_to)
         asyncio.run(conftest.make_citus(server_url, db.name))
         _db(db.owner_url, "upgrade")
-        assert asyncio.run(_distribution(db.owner_url)) == {(t, "distributed") for t in _TABLES}
-        assert asyncio.run(_colocation_groups(db.owner_url)) == 1
-        assert asyncio.run(_conversations(db.owner_url, tenants)) == conversations
-        asyncio.run(_store_works(db, conversations))
+        _assert_distributed_and_intact(db, tenants, conversations)
     finally:
         drop_database(server_url, db)
