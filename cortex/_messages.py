@@ -942,6 +942,8 @@ class SessionHistory(NamedTuple):
 def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     """The session's columns, each row joined to one of its newest messages (or none).
 
+    The first row (the oldest message of the page, or none) alone carries the state.
+
     One statement is one snapshot under READ COMMITTED, so the counter and the
     messages agree even while appends commit between two reads. Message
     columns are labelled ``m_…`` beside the session's own.
@@ -960,8 +962,15 @@ def _history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
         .limit(sa.bindparam("limit", type_=sa.Integer()))
         .lateral("recent")
     )
+    # The merged state on the first row only: a row per message would carry
+    # (and the server print) every ancestor's document once per message.
+    first = recent.c.seq.is_not_distinct_from(sa.func.min(recent.c.seq).over())
+    columns = [
+        sa.case((first, column), else_=sa.null()).label("data") if column.name == "data" else column
+        for column in SESSION_COLUMNS
+    ]
     return (
-        sa.select(*SESSION_COLUMNS, *(c.label(f"m_{c.name}") for c in recent.c))
+        sa.select(*columns, *(c.label(f"m_{c.name}") for c in recent.c))
         # ON a real condition (implied by the lateral's own), not ON true:
         # Citus refuses an outer join on a constant (PostgreSQL 15 and 16).
         .select_from(sessions.outerjoin(recent, recent.c.session_id == sessions.c.id))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+import json
+import secrets
+import tracemalloc
 from datetime import timedelta
 from typing import Any
 
@@ -113,6 +117,38 @@ async def test_session_with_messages_is_one_consistent_read(
             tg.start_soon(writer)
             tg.start_soon(reader)
     assert mismatches == 0
+
+
+async def _history_peak(store: cortex.Store, sid: str, limit: int) -> int:
+    """Peak bytes Python allocated while ``get_session_with_messages`` read ``limit`` messages."""
+    await store.get_session_with_messages(sid, limit=limit)  # statements prepared, pool warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _, history = await store.get_session_with_messages(sid, limit=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(history) == limit
+    return peak
+
+
+async def test_a_history_carries_the_state_once_not_once_per_message(
+    store: cortex.Store, tenant: str
+) -> None:
+    """A session's merged state comes back on one row of the read, whatever its length."""
+    document = {f"k{i}": {"blob": secrets.token_hex(8_000)} for i in range(32)}
+    size = len(json.dumps(document))
+    with use_scope(f"{tenant}/team/user"):
+        made = await store.create_session("bot", scope_data={tenant: document})
+        await store.append_messages(made.id, [NewMessage("user", f"m{i}") for i in range(200)])
+        ten = await _history_peak(store, made.id, 10)
+        many = await _history_peak(store, made.id, 200)
+        session, _ = await store.get_session_with_messages(made.id, limit=200)
+    assert session.data == document
+    # Twenty times the messages: the document is still read and decoded once.
+    assert many < 3 * ten, (ten, many)
+    assert many < 32 * size, (size, many)
 
 
 # --- the tail after a timestamp -----------------------------------------------------
