@@ -313,6 +313,20 @@ ORDER BY 1
 """
 
 
+# cortex's tables whose unqualified name resolves to another relation than
+# public's (a view or table ahead of public on the search path, such as in a
+# schema named like the login): its statements would read and write that one.
+SHADOWED_TABLES_SQL: Final = """
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
+FROM pg_catalog.unnest(ARRAY['alembic_version', 'cortex_schema_compat', 'sessions', 'messages',
+                             'pending_inputs', 'session_markers', 'scope_data']) AS t(name)
+JOIN pg_catalog.pg_class AS c ON c.oid = pg_catalog.to_regclass(t.name)
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname <> 'public'
+ORDER BY 1
+"""
+
+
 def foreign_creators_warning(creators: tuple[str, ...] | list[str]) -> str:
     """What cortex says when roles other than its owner may create objects on its search path."""
     shown = ", ".join(creators[:5]) + (
@@ -371,20 +385,16 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
                 sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
             )
             distributed = bool(citus) and bool(await conn.scalar(sa.text(DISTRIBUTED_SQL)))
-            home = await conn.scalar(
-                sa.text(
-                    "SELECT c.relnamespace::regnamespace::text FROM pg_catalog.pg_class AS c"
-                    " WHERE c.oid = pg_catalog.to_regclass('sessions')"
-                )
-            )
+            shadowed = (await conn.scalars(sa.text(SHADOWED_TABLES_SQL))).all()
             creators = tuple(
                 str(c) for c in (await conn.scalars(sa.text(FOREIGN_CREATORS_SQL))).all()
             )
     state = SchemaState(bool(bypasses), distributed, creators)
-    if home is not None and home != "public":
-        # Its statements call its functions by their qualified names in public.
+    if shadowed:
         raise SchemaMismatch(
-            f"cortex's tables resolve to schema {home}: cortex lives in schema public"
+            f"{', '.join(map(str, shadowed))}: named like cortex's tables and found on this"
+            " login's search path before schema public: cortex lives in public; drop or rename what"
+            " another role made there (SECURITY.md, Schema rights)"
         )
     if list(found) == [expected]:
         return state

@@ -290,3 +290,19 @@ async def _owner_name(db: Database) -> str:
         return str(await conn.fetchval("SELECT current_user"))
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("table", ["messages", "scope_data", "alembic_version"])
+async def test_a_cortex_table_shadowed_on_the_path_is_refused(db: Database, table: str) -> None:
+    # A view named like any of cortex's tables, ahead of public on the owner's
+    # path, would take the writes an operator's CLI makes with the owner's rights.
+    await admin(db.owner_url, f'GRANT CREATE ON DATABASE "{db.name}" TO "{db.app_role}"')
+    owner = await _owner_name(db)
+    await _as_app(
+        db,
+        f'CREATE SCHEMA "{owner}"',
+        f'CREATE VIEW "{owner}".{table} AS SELECT * FROM public.{table}',
+    )
+    with pytest.raises(SchemaMismatch, match=rf'"?{owner}"?\.{table}'):
+        async with cortex.connect(db.owner_url):
+            pass
