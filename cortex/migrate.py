@@ -391,7 +391,8 @@ def backfill(
     Raises:
         SchemaMismatch: the database is not past the backfill revision.
         InvalidInput: ``batch_rows`` or ``max_rate`` out of range, or the role
-            is held to row-level security (it would see no tenant's rows).
+            is held to row-level security (it would see no tenant's rows), or the
+            database is distributed (Citus).
         DatabaseError: the database failed.
     """
 
@@ -415,6 +416,13 @@ def backfill(
                 raise SchemaMismatch(
                     f"database is at {', '.join(heads) or 'base'}: the backfill runs as "
                     f"revision {BACKFILL_REVISION}; run `cortex db upgrade`"
+                )
+            if _ddl.sessions_distributed(conn):
+                raise InvalidInput(
+                    "cortex db backfill runs on local tables only: a distributed (Citus) database"
+                    f" sessioned its legacy rows at revision {CITUS_FLOOR}, before its tables were"
+                    " distributed, and no release that writes legacy rows can run on it;"
+                    " nothing was changed"
                 )
             forced = conn.execute(
                 sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'messages'::regclass")

@@ -668,3 +668,20 @@ def test_citus_added_to_a_migrated_database_then_upgraded(
         _assert_distributed_and_intact(db, tenants, conversations)
     finally:
         drop_database(server_url, db)
+
+
+def test_backfill_refuses_a_distributed_database(
+    server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Legacy rows are sessioned before the tables are distributed; later, nothing can add any."""
+    from cortex.migrate import backfill
+
+    db = _unmigrated_citus_database(server_url)
+    try:
+        _db(db.owner_url, "upgrade")
+        with pytest.raises(cortex.InvalidInput, match="distributed"):
+            backfill(db.owner_url)
+        assert main(["--database-url", db.owner_url, "db", "backfill"]) != 0
+        assert "distributed" in capsys.readouterr().err
+    finally:
+        drop_database(server_url, db)
