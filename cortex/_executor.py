@@ -265,8 +265,10 @@ class Tx:
             return None
         try:
             rows: list[Row] = await self.driver.fetch(call, *args, record_class=Row)
-        except asyncpg.UndefinedFunctionError as exc:
-            if call.split("(", 1)[0].removeprefix("SELECT * FROM ") not in str(exc):
+        except asyncpg.UndefinedFunctionError:
+            # The error does not say which function is missing: the catalog does.
+            name = call.split("(", 1)[0].removeprefix("SELECT * FROM ")
+            if await self.driver.fetchval("SELECT pg_catalog.to_regproc($1) IS NOT NULL", name):
                 raise
             self.routines.pop(key, None)
             return None

@@ -175,6 +175,30 @@ async def test_without_routines_every_call_is_a_transaction(
     assert await owner_conn.fetchval(_ROUTINES) == wanted_count(CITUS_URL is not None)
 
 
+async def test_a_function_missing_inside_a_routine_is_an_error_not_a_fallback(
+    store: cortex.Store, owner_conn: asyncpg.Connection, tenant: str
+) -> None:
+    # The routine itself is there: its failure is the database's, and the
+    # store keeps using it (only a routine dropped under it is forgotten).
+    with use_scope(tenant):
+        s = await store.create_session("bot")
+    routines = store.routines
+    await owner_conn.execute(
+        "ALTER FUNCTION public.cortex_bounded_data(jsonb) RENAME TO cortex_bounded_data_away"
+    )
+    try:
+        with use_scope(tenant), pytest.raises(cortex.DatabaseError):
+            await store.append_messages(s.id, [NewMessage("user", "hi")], data={"k": "v"})
+        assert store.routines == routines
+    finally:
+        await owner_conn.execute(
+            "ALTER FUNCTION public.cortex_bounded_data_away(jsonb) RENAME TO cortex_bounded_data"
+        )
+    with use_scope(tenant):
+        (stored,) = await store.append_messages(s.id, [NewMessage("user", "hi")], data={"k": "v"})
+        assert stored.seq == 1
+
+
 async def _reinstall(database: Database) -> None:
     # `cortex db upgrade` at the head installs them again (alembic/env.py).
     await anyio.to_thread.run_sync(upgrade, database.owner_url)
