@@ -31,16 +31,12 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## The reliability tests with large budgets; prints the figures (reliability-figures.json).
+## The tests marked reliability, with large budgets; prints the figures (reliability-figures.json).
 reliability: $(STAMP)
 	CORTEX_MODEL_EXAMPLES=$${CORTEX_MODEL_EXAMPLES:-300} CORTEX_FUZZ_EXAMPLES=$${CORTEX_FUZZ_EXAMPLES:-400} \
 	CORTEX_AMBIGUOUS_ROUNDS=$${CORTEX_AMBIGUOUS_ROUNDS:-50} CORTEX_AMBIGUOUS_STORM=$${CORTEX_AMBIGUOUS_STORM:-600} \
 	CORTEX_CANCEL_STORM=$${CORTEX_CANCEL_STORM:-300} \
-	$(BIN)/python -m pytest -q tests/integration/test_store_model.py tests/integration/test_operator_model.py \
-	  tests/integration/test_idempotency.py tests/integration/test_iter_snapshot.py \
-	  tests/integration/test_hostile_input.py tests/integration/test_faults.py tests/integration/test_restart.py \
-	  tests/integration/test_cancellation.py tests/integration/test_security.py tests/integration/test_markers.py \
-	  tests/integration/test_tenancy.py tests/integration/test_concurrency.py tests/integration/test_pgbouncer.py
+	$(BIN)/python -m pytest -q -m reliability
 
 ## ruff (lint + format check) and mypy --strict.
 lint: $(STAMP)

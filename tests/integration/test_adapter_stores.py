@@ -31,6 +31,8 @@ from google.adk.events.event import Event
 from cortex.integrations.adk import CortexSessionService
 from cortex.integrations.openai_agents import CortexSession
 
+pytestmark = pytest.mark.citus
+
 
 def item(content: str) -> TResponseInputItem:
     return cast(TResponseInputItem, {"role": "user", "content": content})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 from fastapi import Depends, FastAPI, Request
 
 import cortex
@@ -17,6 +18,8 @@ from cortex import NewMessage, use_scope
 from cortex.asgi import ScopeMiddleware, from_header
 from cortex.fastapi import install_error_handlers, scope_dependency
 from tests.conftest import Database
+
+pytestmark = pytest.mark.sqlalchemy20
 
 
 def _routes(app: FastAPI, store: cortex.Store) -> None:

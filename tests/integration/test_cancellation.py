@@ -33,7 +33,7 @@ from tests.conftest import Database
 from tests.faults import row_locked, stored_counts, stuck_in_transaction, wait_for_lock_waiter
 from tests.figures import record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.reliability]
 
 # The gap between the two cancels: long enough for the first to reach
 # cortex's rollback, short enough that asyncpg's cancel request (a new TCP

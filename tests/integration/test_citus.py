@@ -36,7 +36,10 @@ from tests.conftest import (
 )
 from tests.factories import agent
 
-pytestmark = pytest.mark.skipif(CITUS_URL is None, reason="the Citus lane only (CORTEX_TEST_CITUS)")
+pytestmark = [
+    pytest.mark.skipif(CITUS_URL is None, reason="the Citus lane only (CORTEX_TEST_CITUS)"),
+    pytest.mark.citus,
+]
 
 _TABLES = ["messages", "pending_inputs", "scope_data", "session_markers", "sessions"]
 

@@ -22,6 +22,8 @@ from cortex.cli import (
 from cortex.migrate import grant_sql
 from tests.conftest import Database, admin, with_database
 
+pytestmark = pytest.mark.sqlalchemy20
+
 _SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}},

@@ -10,10 +10,13 @@ import random
 
 import anyio
 import asyncpg
+import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
 from tests.factories import agent
+
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20, pytest.mark.reliability]
 
 
 async def _invariants(owner_conn: asyncpg.Connection, tenant: str) -> None:

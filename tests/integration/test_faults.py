@@ -25,7 +25,7 @@ from tests.conftest import Database, admin, with_database
 from tests.faults import row_locked, stored_counts, wait_until_no_backends
 from tests.figures import record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.reliability]
 
 
 async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int = 5) -> None:

@@ -21,6 +21,8 @@ from cortex.ids import MESSAGE_PREFIX, format_id
 from cortex.models import FunctionResponse, RequestedInput
 from tests.conftest import Database, asyncpg_dsn
 
+pytestmark = pytest.mark.citus
+
 # --- keys ------------------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ from cortex.ids import format_id, new_uuid
 from tests.conftest import Database, asyncpg_dsn
 from tests.figures import record
 
+pytestmark = pytest.mark.reliability
+
 TENANT = f"fuzz{uuid.uuid4().hex[:6]}"
 FUZZ = settings(
     max_examples=int(os.environ.get("CORTEX_FUZZ_EXAMPLES", "60")),

@@ -23,6 +23,8 @@ from tests.conftest import Database
 from tests.figures import record
 from tests.proxy import CommitDropProxy, commit_drop_proxy
 
+pytestmark = pytest.mark.reliability
+
 ROUNDS = int(os.environ.get("CORTEX_AMBIGUOUS_ROUNDS", "5"))
 
 

@@ -32,6 +32,8 @@ from cortex import (
 from cortex.ids import format_id, new_uuid
 from tests.conftest import CITUS_URL, Database, store_url
 
+pytestmark = pytest.mark.citus
+
 
 def q(interrupt_id: str) -> RequestedInput:
     return RequestedInput(interrupt_id=interrupt_id, message=f"ok {interrupt_id}?")

@@ -104,4 +104,4 @@ async def anyio_gather(calls: list[object]) -> list[cortex.Session]:
     return results
 
 
-pytestmark = pytest.mark.filterwarnings("error")
+pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.reliability]

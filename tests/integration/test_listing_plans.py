@@ -26,6 +26,8 @@ from cortex.scope import Scope
 from tests import plans
 from tests.conftest import Database
 
+pytestmark = pytest.mark.citus
+
 _SEED = """
 INSERT INTO sessions (tenant_id, id, agent_id, scope, scope_depth, scope_l2, scope_l3,
                       created_at, updated_at)

@@ -19,6 +19,8 @@ from cortex import Conflict, NotFound, SessionState, use_scope
 from cortex.ids import format_id, new_uuid
 from tests.figures import record
 
+pytestmark = pytest.mark.reliability
+
 
 def _fresh_id() -> str:
     return format_id("ses", new_uuid())

@@ -21,6 +21,8 @@ from cortex.ids import format_id, new_uuid
 from cortex.models import PREVIEW_LENGTH
 from tests.conftest import Database
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
+
 
 async def test_append_and_read(store: cortex.Store, tenant: str) -> None:
     with use_scope(tenant):

@@ -23,6 +23,8 @@ from cortex import (
 from cortex.ids import format_id, new_uuid
 from cortex.models import MAX_INPUTS_PER_MESSAGE
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
+
 SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "amount": {"type": "integer", "maximum": 100}},

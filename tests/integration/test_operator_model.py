@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import anyio.from_thread
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cortex
 from cortex import FunctionResponse, ListFilter, NewMessage, RequestedInput, SessionState, use_scope
+
+pytestmark = pytest.mark.reliability
 
 IDS = ["a", "b", "c"]
 

@@ -26,7 +26,7 @@ import cortex
 from cortex import ListFilter, NewMessage, use_scope
 from tests.conftest import Database
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
 def _free_port() -> int:

@@ -15,10 +15,13 @@ import gc
 import warnings
 
 import asyncpg
+import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
 from tests.conftest import Database, store_url
+
+pytestmark = pytest.mark.citus
 
 
 async def test_a_call_on_an_idle_connection_takes_no_greenlet_hop(

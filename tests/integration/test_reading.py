@@ -19,6 +19,8 @@ from cortex import NewMessage, use_scope
 from cortex._executor import compile_statement
 from tests import plans
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
+
 
 async def _conversation(store: cortex.Store, n: int) -> str:
     session = await store.create_session("bot")

@@ -22,7 +22,7 @@ from cortex._engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 from tests.figures import record
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
 async def test_restart_under_load() -> None:

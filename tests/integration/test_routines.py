@@ -27,6 +27,8 @@ from cortex.migrate import upgrade
 from tests.conftest import CITUS_URL, Database
 from tests.proxy import CommitDropProxy, commit_drop_proxy
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
+
 _ROUTINES = r"SELECT count(*) FROM pg_proc WHERE proname LIKE 'cortex\_r\_%'"
 
 

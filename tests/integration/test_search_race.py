@@ -17,6 +17,8 @@ import cortex
 from cortex import ListFilter, use_scope
 from tests.conftest import CITUS_URL, Database, store_url
 
+pytestmark = pytest.mark.citus
+
 
 async def _stale_matches(database: Database, tenant: str, *, routed: bool) -> list[str]:
     """Titles of listed sessions that did not match, while another task retitles the one session."""

@@ -21,6 +21,8 @@ from cortex.migrate import downgrade, grant_sql, upgrade
 from tests.conftest import Database, admin, asyncpg_dsn, with_database
 from tests.figures import record
 
+pytestmark = pytest.mark.reliability
+
 # A pg_temp function that, run with the owner's rights, would lift row-level
 # security both ways these attacks found: as a superuser owner (give
 # the caller BYPASSRLS) and as a plain owner (switch RLS off on the table).

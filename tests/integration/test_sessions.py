@@ -14,6 +14,8 @@ from cortex import Conflict, InvalidInput, ListFilter, NewMessage, NotFound, Sco
 from cortex.ids import format_id, new_uuid
 from tests.factories import agent
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
+
 
 async def test_create_get_round_trip(store: cortex.Store, tenant: str) -> None:
     with use_scope(f"{tenant}/support/u1"):

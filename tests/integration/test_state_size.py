@@ -25,7 +25,7 @@ from cortex.ids import parse_id
 from cortex.scope import Scope
 from tests.measured import counted
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.citus]
 
 
 def _big() -> dict[str, str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.from_thread
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -43,6 +44,8 @@ from cortex import (
     use_scope,
 )
 from tests.figures import record
+
+pytestmark = pytest.mark.reliability
 
 EXAMPLES = int(os.environ.get("CORTEX_MODEL_EXAMPLES", "25"))
 TENANTS = ["acme", "acme-corp", "Acme"]

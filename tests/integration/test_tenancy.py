@@ -19,6 +19,8 @@ from cortex.scope import Scope
 from tests.conftest import CITUS_URL
 from tests.figures import record
 
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20, pytest.mark.reliability]
+
 
 def _binding(tenant: str) -> str:
     """The tenant binding cortex sends after BEGIN (cortex._db.begin_sql), for raw SQL."""

@@ -20,6 +20,8 @@ from cortex.ids import format_id
 from cortex.models import SessionState
 from tests.conftest import CITUS_URL, Database
 
+pytestmark = pytest.mark.citus
+
 SEARCH = "SELECT cortex_tenant_search($1, $2)"
 
 

@@ -27,7 +27,7 @@ from cortex.scope import Scope
 from tests import plans
 from tests.measured import counted
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.citus]
 
 INDEX = "ix_sessions_tenant_title_trgm"
 

@@ -28,6 +28,8 @@ from cortex import use_scope
 from cortex.migrate import upgrade
 from tests.conftest import Database
 
+pytestmark = pytest.mark.sqlalchemy20
+
 _BIN = Path(os.environ.get("CORTEX_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 

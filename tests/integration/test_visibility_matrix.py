@@ -27,6 +27,8 @@ from cortex import ListFilter, NewMessage, NotFound, Scope, use_scope
 from tests.conftest import CITUS_URL, Database, store_url
 from tests.figures import record
 
+pytestmark = pytest.mark.citus
+
 # Relative to a fresh tenant T; "x" and "x/a" are the tenant Tx, whose name
 # starts with T's.
 _PATHS = (
