@@ -10,7 +10,8 @@ first asks each revision it would undo what that would destroy, under the
 same lock, and refuses unless data loss is allowed.
 
 Revisions that change tables the running release uses do their work inside
-``autocommit_block()`` (see ``cortex._ddl``); the rest get one transaction each.
+``autocommit_block()`` (see ``cortex._revision_helpers.ddl_v1``); the rest get
+one transaction each.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from cortex import _ddl
 from cortex._engine import make_engine, normalise_url
+from cortex._revision_helpers import ddl_v1
 from cortex._tables import metadata
 from cortex.migrate import (
     CITUS_FLOOR,
@@ -81,7 +82,7 @@ def run_migrations_offline() -> None:
     )
     with context.begin_transaction():
         # The script refuses, as an online run does, another role's objects in cortex's way.
-        context.execute(_ddl.preflight_check())
+        context.execute(ddl_v1.preflight_check())
         # A database migrated before the extension was added (cortex.migrate).
         context.execute(distribute_all_sql())
         context.run_migrations()
@@ -106,7 +107,7 @@ def _do_run_migrations(connection: Connection) -> None:
     try:
         # Before Alembic reads (or creates) alembic_version: nothing planted by another role.
         try:
-            _ddl.check_on(connection, _ddl.preflight_check())
+            ddl_v1.check_on(connection, ddl_v1.preflight_check())
         finally:
             connection.rollback()
         going_to = config.attributes.get("downgrade_to")

@@ -132,7 +132,7 @@ async def _search_scans(url: str) -> str | None:
     return owners[0] if owners else None
 
 
-# An index an online migration builds beside the one it replaces (cortex._ddl.replace_index)
+# An index an online migration builds beside the one it replaces (ddl_v1.replace_index)
 # and renames at the end: found afterwards, a run was killed before it finished.
 _LEFTOVER_INDEXES: Final = r"""
 SELECT c.relname::text FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid

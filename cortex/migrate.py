@@ -16,10 +16,11 @@ role that is neither owner nor superuser nor BYPASSRLS, so row-level
 security applies to it; :func:`grant_sql` lists what that role needs.
 
 Citus: on a database with the ``citus`` extension (a coordinator), each
-migration that creates a cortex table distributes it there and then by
-calling :func:`distribute`, and the step of :data:`CITUS_FLOOR` distributes
-the tables the revisions below it keep local, so ``cortex db upgrade`` alone
-produces the distributed schema. On plain PostgreSQL the call does nothing.
+migration that creates a cortex table distributes it there and then
+(:func:`cortex._revision_helpers.citus_v1.distribute`), and the step of
+:data:`CITUS_FLOOR` distributes the tables the revisions below it keep local
+(:func:`distribute_all_sql`), so ``cortex db upgrade`` alone produces the
+distributed schema. On plain PostgreSQL both do nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -43,23 +43,23 @@ from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
 
-from alembic import command, op
-from cortex import _backfill, _ddl, _routines
+from alembic import command
+from cortex import _routines
 from cortex._engine import make_engine, normalise_url
+from cortex._revision_helpers import backfill_v1, ddl_v1
+from cortex._revision_helpers.citus_v1 import CITUS_FLOOR, distribute_tables_sql
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
     "BACKFILL_REVISION",
-    "COLOCATION_ANCHOR",
+    "CITUS_FLOOR",
     "MIGRATION_LOCK_KEY",
     "DataLossRefused",
     "Distribution",
     "alembic_config",
     "backfill",
     "check_downgrade",
-    "distribute",
     "distribute_all_sql",
-    "distribute_sql",
     "distribution_of",
     "downgrade",
     "grant_sql",
@@ -73,7 +73,7 @@ __all__ = [
 # pg_advisory_lock key that serialises concurrent upgrades (a fixed bigint:
 # the first 8 bytes of "cortex-migrate" read as an integer).
 MIGRATION_LOCK_KEY: Final = int.from_bytes(b"cortex-m", "big") >> 1
-# The revision that backfills legacy conversations (cortex._backfill); its id
+# The revision that backfills legacy conversations (backfill_v1); its id
 # is what backfilled sessions carry in backfilled_by.
 BACKFILL_REVISION: Final = "20260824000004"
 
@@ -113,114 +113,6 @@ class DataLossRefused(InvalidInput):
     """A downgrade would destroy data and was not told that it may."""
 
 
-# The table every other cortex table is co-located with: a tenant's sessions,
-# messages, pending inputs and markers share one shard group, so every
-# statement (joins and foreign keys included) runs on one worker.
-COLOCATION_ANCHOR: Final = "sessions"
-
-# The oldest revision a distributed (Citus) database can be at: below it the
-# tables are not yet keyed by tenant, and the backfill needs them local.
-CITUS_FLOOR: Final = "20260824000004"
-
-
-def distribute_sql(table: str) -> str:
-    """The statement that distributes ``table`` by ``tenant_id`` if the database runs Citus.
-
-    A ``DO`` block decided by the server when it runs, so the offline SQL
-    ``cortex db sql`` prints does the same as an online upgrade. It does
-    nothing unless the extension exists and the database's revision is at
-    or past :data:`CITUS_FLOOR`: below it the tables are not yet shaped for
-    distribution (``messages`` gains ``tenant_id`` and ``sessions`` appears in
-    20260824000002), the backfill's batches must run on local tables, and
-    the legacy release's inserts need the trigger that fills their tenant.
-    Absent or already distributed: nothing. No cortex table fits a
-    reference table (each is per tenant), and ``alembic_version`` stays on
-    the coordinator, where only migrations read it.
-    """
-    return _distribute_sql((table,))
-
-
-# cortex's functions Citus does not hold on the workers (the routines apart).
-_UNPROPAGATED_FUNCTIONS: Final = f"""
-        SELECT p.oid FROM pg_catalog.pg_proc AS p
-        WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace
-          AND pg_catalog.starts_with(p.proname, 'cortex')
-          AND NOT pg_catalog.starts_with(p.proname, '{_routines.PREFIX}')
-          AND NOT EXISTS (
-              SELECT FROM pg_catalog.pg_dist_object AS o
-              WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
-          )"""
-
-
-def _distribute_sql(tables: Sequence[str]) -> str:
-    for table in tables:
-        if _ROLE.fullmatch(table) is None:
-            raise InvalidInput(f"table: {table!r} is not a plain SQL identifier")
-    names = ", ".join(f"'{table}'" for table in tables)
-    # Nested IFs and RETURNs: pg_dist_partition and alembic_version may not
-    # exist, and PL/pgSQL plans a statement only when it reaches it.
-    return f"""
-DO $citus$
-DECLARE
-    cortex_table text;
-    trigger_name name;
-    function_id oid;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
-       OR pg_catalog.to_regclass('alembic_version') IS NULL THEN
-        RETURN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM alembic_version WHERE version_num >= '{CITUS_FLOOR}') THEN
-        RETURN;
-    END IF;
-    IF EXISTS ({_UNPROPAGATED_FUNCTIONS}) THEN
-        -- Citus propagates a function over one connection per node, which a
-        -- parallel DDL earlier in the transaction forbids.
-        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
-    END IF;
-    FOREACH cortex_table IN ARRAY ARRAY[{names}]::text[] LOOP
-        CONTINUE WHEN pg_catalog.to_regclass(cortex_table) IS NULL OR EXISTS (
-            SELECT FROM pg_catalog.pg_dist_partition
-            WHERE logicalrelid = pg_catalog.to_regclass(cortex_table)
-        );
-        -- Citus refuses triggers on distributed tables (citus.enable_unsafe_triggers).
-        -- cortex's own serve the previous releases only (a legacy writer's tenant,
-        -- an old release's metadata rewrite); a Citus database serves this one.
-        FOR trigger_name IN
-            SELECT tgname FROM pg_catalog.pg_trigger
-            WHERE tgrelid = pg_catalog.to_regclass(cortex_table) AND NOT tgisinternal
-              AND tgname LIKE 'cortex%'
-        LOOP
-            EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, cortex_table);
-        END LOOP;
-        PERFORM create_distributed_table(
-            pg_catalog.to_regclass(cortex_table), 'tenant_id',
-            colocate_with => CASE cortex_table WHEN '{COLOCATION_ANCHOR}' THEN 'none'
-                                               ELSE '{COLOCATION_ANCHOR}' END
-        );
-    END LOOP;
-    -- Made before the extension, they are on the coordinator only, yet the
-    -- shards call them; after the tables, which their bodies name.
-    FOR function_id IN {_UNPROPAGATED_FUNCTIONS} LOOP
-        PERFORM create_distributed_function(function_id::regprocedure);
-    END LOOP;
-END
-$citus$
-"""
-
-
-def distribute(table: str) -> None:
-    """Inside a migration: distribute the table it just created, on Citus only.
-
-    Called right after the table exists (with its primary key, which leads
-    with ``tenant_id``), before anything references it: a foreign key from a
-    distributed table needs its target distributed and co-located already.
-    Below :data:`CITUS_FLOOR` it does nothing; the floor's own step
-    distributes the tables created before it (:func:`distribute_all_sql`).
-    """
-    op.execute(distribute_sql(table))
-
-
 # Every cortex table, the co-location anchor first (a table joins its group).
 _DISTRIBUTED_TABLES: Final = (
     "sessions",
@@ -244,7 +136,7 @@ def distribute_all_sql() -> str:
     the extension exist on the coordinator only). Tables absent at this
     revision are skipped; on plain PostgreSQL it does nothing.
     """
-    return _distribute_sql(_DISTRIBUTED_TABLES)
+    return distribute_tables_sql(_DISTRIBUTED_TABLES)
 
 
 _DISTRIBUTION_SQL: Final = """
@@ -362,7 +254,7 @@ def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, targe
         InvalidInput: the database is distributed and ``target`` lies below
             :data:`CITUS_FLOOR` (or is not a revision of this history).
     """
-    if not _ddl.sessions_distributed(conn):
+    if not ddl_v1.sessions_distributed(conn):
         return
     heads = MigrationContext.configure(conn).get_current_heads()
     try:
@@ -382,7 +274,7 @@ def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, targe
 
 def backfill(
     url: str, *, batch_rows: int | None = None, max_rate: float | None = None
-) -> _backfill.Totals:
+) -> backfill_v1.Totals:
     """Run the backfill again: session the legacy rows the old release wrote since it ran.
 
     For after the old release is gone (its last rows may have arrived after
@@ -396,7 +288,7 @@ def backfill(
         DatabaseError: the database failed.
     """
 
-    def run(conn: Connection) -> _backfill.Totals:
+    def run(conn: Connection) -> backfill_v1.Totals:
         while not conn.execute(
             sa.select(sa.func.pg_try_advisory_lock(MIGRATION_LOCK_KEY))
         ).scalar():
@@ -405,7 +297,7 @@ def backfill(
         conn.commit()
         try:
             # What a migration run refuses first: the backfill runs cortex's statements too.
-            _ddl.check_on(conn, _ddl.preflight_check())
+            ddl_v1.check_on(conn, ddl_v1.preflight_check())
             heads = MigrationContext.configure(conn).get_current_heads()
             conn.commit()
             script = ScriptDirectory.from_config(alembic_config())
@@ -427,7 +319,7 @@ def backfill(
             forced = conn.execute(
                 sa.text("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'messages'::regclass")
             ).scalar()
-            if forced and not _ddl.bypasses_rls(conn):
+            if forced and not ddl_v1.bypasses_rls(conn):
                 # Under FORCE ROW LEVEL SECURITY this role would see no tenant's rows
                 # and report, wrongly, that nothing is left to do.
                 raise InvalidInput(
@@ -436,10 +328,10 @@ def backfill(
                 )
             conn.commit()
             auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-            return _backfill.backfill(
+            return backfill_v1.backfill(
                 auto,
                 revision=BACKFILL_REVISION,
-                batch_rows=batch_rows or _backfill.DEFAULT_BATCH_ROWS,
+                batch_rows=batch_rows or backfill_v1.DEFAULT_BATCH_ROWS,
                 max_rate=max_rate,
             )
         finally:
@@ -447,7 +339,7 @@ def backfill(
             conn.execute(sa.select(sa.func.pg_advisory_unlock(MIGRATION_LOCK_KEY)))
             conn.commit()
 
-    async def main() -> _backfill.Totals:
+    async def main() -> backfill_v1.Totals:
         engine = make_engine(url, poolclass=sa.pool.NullPool)
         try:
             with translate_errors():
@@ -616,9 +508,9 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
         sa.text("SELECT to_regclass('cortex_schema_compat') IS NOT NULL")
     ).scalar():
         return
-    _ddl.check_on(
+    ddl_v1.check_on(
         connection,
-        _ddl.relation_check(
+        ddl_v1.relation_check(
             "cortex_schema_compat", columns=("singleton boolean", "oldest_code_revision text")
         ),
     )
@@ -632,7 +524,7 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
         ),
         {
             "code": oldest_compatible_code(
-                script, heads[0], distributed=_ddl.sessions_distributed(connection)
+                script, heads[0], distributed=ddl_v1.sessions_distributed(connection)
             )
         },
     )

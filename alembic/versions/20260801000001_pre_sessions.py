@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20260801000001"
 down_revision: str | Sequence[str] | None = None

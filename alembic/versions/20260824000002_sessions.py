@@ -20,7 +20,7 @@ legacy release does not write, is filled from ``scope`` by a trigger
 no one.
 
 Online: every step runs in autocommit with a short lock timeout and retries
-(cortex._ddl). Existing rows get ``tenant_id`` in committed batches of
+(ddl_v1). Existing rows get ``tenant_id`` in committed batches of
 :data:`FILL_PAGES` heap pages, in physical order; NOT NULL is proved by a
 ``NOT VALID`` check validated under a lock that lets writes go on; the new
 primary key ``(tenant_id, id)`` and the other indexes are built
@@ -45,8 +45,8 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.engine import Connection
 
 from alembic import context, op
-from cortex import _ddl as ddl
-from cortex._progress import progress
+from cortex._revision_helpers import ddl_v1 as ddl
+from cortex._revision_helpers.progress_v1 import progress
 
 revision: str = "20260824000002"
 down_revision: str | Sequence[str] | None = "20260801000001"
@@ -228,7 +228,7 @@ INDEXES = {
 
 
 def _check() -> None:
-    """Refuse what another role made under this revision's names (cortex._ddl)."""
+    """Refuse what another role made under this revision's names (ddl_v1)."""
     ddl.check(
         ddl.extension_check("pg_trgm"),
         ddl.relation_check("sessions", columns=SESSIONS_COLUMNS),

@@ -28,7 +28,7 @@ autocommit mode; ``-x backfill_rate=R`` caps messages per second. Progress
 (messages/s, ETA) goes to stderr. Resumable and idempotent: it works only on
 rows whose ``session_id`` is still NULL, so a run killed at any point (even
 SIGKILL) continues where the last committed batch ended, and a second run
-finds nothing to do. The batch SQL and loop live in ``cortex._backfill``.
+finds nothing to do. The batch SQL and loop live in ``cortex._revision_helpers.backfill_v1``.
 
 Offline SQL (``cortex db sql``) cannot run Python's rules: it prints a note;
 run ``cortex db backfill`` online.
@@ -45,8 +45,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from alembic import context, op
-from cortex import _ddl as ddl
-from cortex._backfill import DEFAULT_BATCH_ROWS, backfill
+from cortex._revision_helpers import ddl_v1 as ddl
+from cortex._revision_helpers.backfill_v1 import DEFAULT_BATCH_ROWS, backfill
 
 revision: str = "20260824000004"
 down_revision: str | Sequence[str] | None = "20260824000003"

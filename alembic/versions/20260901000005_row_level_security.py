@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20260901000005"
 down_revision: str | Sequence[str] | None = "20260824000004"

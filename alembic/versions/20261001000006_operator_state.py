@@ -54,8 +54,8 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.engine import Connection
 
 from alembic import context, op
-from cortex import _ddl as ddl
-from cortex.migrate import distribute
+from cortex._revision_helpers import ddl_v1 as ddl
+from cortex._revision_helpers.citus_v1 import distribute
 
 revision: str = "20261001000006"
 down_revision: str | Sequence[str] | None = "20260901000005"
@@ -121,7 +121,7 @@ def _create_tables() -> None:
             ondelete="CASCADE",
         ),
     )
-    distribute("pending_inputs")  # on Citus only (cortex.migrate)
+    distribute("pending_inputs")  # on Citus only (citus_v1)
     op.create_index(
         "ix_pending_inputs_interrupt",
         "pending_inputs",
@@ -143,7 +143,7 @@ def _create_tables() -> None:
     _protect("session_markers")
 
 
-# What upgrade finds in its way on a rerun (cortex._ddl).
+# What upgrade finds in its way on a rerun (ddl_v1).
 _COLUMNS = {
     "pending_inputs": (
         "tenant_id text",

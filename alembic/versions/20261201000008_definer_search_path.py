@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20261201000008"
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.

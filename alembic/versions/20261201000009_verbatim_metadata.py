@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20261201000009"
 # The oldest code (its SCHEMA_REVISION) that works on a database at this
@@ -69,7 +69,7 @@ $fn$
 """
 TRIGGER = "cortex_sessions_metadata_as_jsonb"
 # Not on Citus: it refuses triggers on distributed tables, and a Citus
-# database serves only this release (cortex.migrate.distribute_sql).
+# database serves only this release (citus_v1.distribute_sql).
 CREATE_TRIGGER = ddl.unless_distributed_sql(
     "sessions",
     f"""
@@ -86,7 +86,7 @@ def upgrade() -> None:
     )
     with op.get_context().autocommit_block():
         for table in TABLES:
-            # A short lock timeout with retries (cortex._ddl): the catalog change
+            # A short lock timeout with retries (ddl_v1): the catalog change
             # must not queue the running release behind a long transaction.
             ddl.run(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS metadata_json json")
         ddl.run(FORGET_TEXT)

@@ -22,7 +22,7 @@ the events that carry it. This revision adds:
   with the tenant policy like every table, in the application grants.
 
 Safe with: the previous release (it never reads or writes the new columns
-or table). Expand only, and online (cortex._ddl): nullable columns without
+or table). Expand only, and online (ddl_v1): nullable columns without
 defaults are catalog changes taken under a short lock timeout with retries;
 the size check is added ``NOT VALID`` and then validated under a lock that
 lets reads and writes go on; the unique index is built ``CONCURRENTLY``.
@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
-from cortex.migrate import distribute
+from cortex._revision_helpers import ddl_v1 as ddl
+from cortex._revision_helpers.citus_v1 import distribute
 
 revision: str = "20261201000011"
 down_revision: str | Sequence[str] | None = "20261201000010"
@@ -62,7 +62,7 @@ _SCOPE_DATA_COLUMNS = (
 
 
 def _check() -> None:
-    """Refuse what another role made under this revision's names (cortex._ddl)."""
+    """Refuse what another role made under this revision's names (ddl_v1)."""
     ddl.check(
         ddl.relation_check("sessions", having={"session_key": "text", "data": "jsonb"}),
         ddl.relation_check("messages", having={"payload_json": "json"}),
@@ -93,7 +93,7 @@ def upgrade() -> None:
             "ALTER TABLE scope_data ENABLE ROW LEVEL SECURITY",
             "ALTER TABLE scope_data FORCE ROW LEVEL SECURITY",
         )
-        distribute("scope_data")  # on Citus only (cortex.migrate)
+        distribute("scope_data")  # on Citus only (citus_v1)
         if not _policy_exists():
             ddl.run(
                 f"CREATE POLICY tenant_isolation ON scope_data USING ({_MATCH})"

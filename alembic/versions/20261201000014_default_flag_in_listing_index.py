@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20261201000014"
 down_revision: str | Sequence[str] | None = "20261201000013"

@@ -20,7 +20,7 @@ Safe with: every cortex release from 20261201000009 on (an index change
 only; every listing keeps an index in the same order).
 Online: each index is built ``CONCURRENTLY`` beside the old one, the old one
 dropped ``CONCURRENTLY``, the new one renamed under a short lock timeout
-with retries (cortex._ddl.rebuild_index); a run killed half way runs again
+with retries (ddl_v1.rebuild_index); a run killed half way runs again
 from the top. Downgrade rebuilds the old forms the same way.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20261201000015"
 down_revision: str | Sequence[str] | None = "20261201000014"

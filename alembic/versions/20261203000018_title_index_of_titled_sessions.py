@@ -43,7 +43,7 @@ from typing import Final
 from sqlalchemy.engine import Connection
 
 from alembic import op
-from cortex import _ddl as ddl
+from cortex._revision_helpers import ddl_v1 as ddl
 
 revision: str = "20261203000018"
 down_revision: str | Sequence[str] | None = "20261202000017"

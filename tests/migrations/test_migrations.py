@@ -23,8 +23,9 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from alembic import command
-from cortex import NewMessage, _backfill, use_scope
+from cortex import NewMessage, use_scope
 from cortex._engine import SCHEMA_REVISION
+from cortex._revision_helpers import backfill_v1
 from cortex.cli import main
 from cortex.migrate import alembic_config, downgrade, grant_sql, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_database
@@ -265,7 +266,7 @@ def test_backfill_restarts_after_partial_run_and_is_idempotent(
 
         yield advance
 
-    monkeypatch.setattr(_backfill, "progress", crash_after_two)
+    monkeypatch.setattr(backfill_v1, "progress", crash_after_two)
     with pytest.raises(_Crash):
         upgrade(blank_db, BACKFILL, backfill_batch=2)
     monkeypatch.undo()

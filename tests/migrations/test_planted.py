@@ -6,7 +6,7 @@ revision runs. Each test plants one kind of object a revision creates, as a
 role holding only CREATE on ``public``, and checks that ``cortex db upgrade``
 raises :class:`SchemaMismatch` naming the object and its owner, leaves the
 database at the revision before, and adopted nothing. Most run twice: with
-the check every run starts with (``cortex._ddl.preflight_check``) and without
+the check every run starts with (``ddl_v1.preflight_check``) and without
 it, so the revision's own checks are proved too.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 from alembic.script import ScriptDirectory
 
-from cortex import _ddl
+from cortex._revision_helpers import citus_v1, ddl_v1
 from cortex.cli import main
 from cortex.errors import SchemaMismatch
 from cortex.migrate import alembic_config, upgrade
@@ -61,7 +61,7 @@ def planted(server_url: str, blank_db: str) -> Iterator[Planted]:
 def layer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which check must refuse: the run's first one, or (without it) the revision's own."""
     if request.param == "revision":
-        monkeypatch.setattr(_ddl, "preflight_check", lambda: "SELECT 1")
+        monkeypatch.setattr(ddl_v1, "preflight_check", lambda: "SELECT 1")
     return str(request.param)
 
 
@@ -415,7 +415,7 @@ def test_a_revision_killed_half_way_runs_again(
     def killed(table: str) -> None:
         raise Killed(table)
 
-    monkeypatch.setattr("cortex.migrate.distribute", killed)
+    monkeypatch.setattr(citus_v1, "distribute", killed)
     with pytest.raises(Killed):
         upgrade(blank_db, "20261201000011")
     monkeypatch.undo()

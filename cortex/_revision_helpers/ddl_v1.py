@@ -25,7 +25,8 @@ module carries out, so no revision has to remember them:
 In offline mode (``cortex db sql``) each step prints its plain SQL.
 
 It must not hold a transaction open across steps: callers run inside
-Alembic's ``autocommit_block``.
+Alembic's ``autocommit_block``. Frozen once released (see
+:mod:`cortex._revision_helpers`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from alembic import context, op
-from cortex._engine import DISTRIBUTED_SQL
-from cortex.errors import SchemaMismatch, sqlstate_of
+from cortex.errors import SchemaMismatch
 
 __all__ = [
     "CORTEX_TABLES",
@@ -86,6 +86,19 @@ ATTEMPTS: Final = 60
 _LOCK_NOT_AVAILABLE: Final = "55P03"
 # Tables a where clause of count_rows may read.
 _RLS_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers", "scope_data")
+# cortex._engine.DISTRIBUTED_SQL, copied so that a change to live code never reaches a revision.
+_DISTRIBUTED_SQL: Final = """
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_dist_partition
+    WHERE logicalrelid = pg_catalog.to_regclass('sessions')
+)
+"""
+
+
+def _sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error, raw or wrapped, or None (cortex.errors.sqlstate_of)."""
+    state = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return state if isinstance(state, str) else None
 
 
 def _offline() -> bool:
@@ -122,7 +135,7 @@ def run(*statements: str) -> None:
         try:
             bind.execute(sa.text(sql))
         except DBAPIError as exc:
-            if sqlstate_of(exc) != _LOCK_NOT_AVAILABLE or attempt == ATTEMPTS:
+            if _sqlstate_of(exc) != _LOCK_NOT_AVAILABLE or attempt == ATTEMPTS:
                 raise
             # Another transaction holds the table: step back so the application's
             # statements queued behind ours run, then try again.
@@ -534,7 +547,7 @@ def check_on(bind: Connection, *checks: str) -> None:
         try:
             bind.execute(sa.text(statement))
         except DBAPIError as exc:
-            if sqlstate_of(exc) != REFUSED:
+            if _sqlstate_of(exc) != REFUSED:
                 raise
             cause = exc.orig.__cause__ if exc.orig is not None else None
             message = getattr(cause, "message", None) or str(exc.orig)
@@ -761,4 +774,4 @@ def sessions_distributed(bind: Connection) -> bool:
     citus = bind.execute(
         sa.text("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
     ).scalar()
-    return bool(citus) and bool(bind.execute(sa.text(DISTRIBUTED_SQL)).scalar())
+    return bool(citus) and bool(bind.execute(sa.text(_DISTRIBUTED_SQL)).scalar())

@@ -1,7 +1,8 @@
 """Progress reporting for long work (backfill, seeding): a bar on a terminal, log lines elsewhere.
 
 A deploy pipeline's log is not a terminal: there a redrawn bar would be noise,
-so each step becomes one log line instead.
+so each step becomes one log line instead. Frozen once released (see
+:mod:`cortex._revision_helpers`).
 """
 
 from __future__ import annotations

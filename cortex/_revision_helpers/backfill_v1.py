@@ -10,9 +10,10 @@ exactly the legacy rows still to do, ordered by conversation (tenant, agent,
 scope). From the cursor, the next conversations are read in index order, as
 many as hold about ``batch_rows`` messages (the rows per conversation are
 learnt as batches go); a conversation is never split. Each
-conversation is checked with the API's own rules (:func:`cortex.models.
-check_identifier` for the agent id, :class:`cortex.scope.Scope` for the scope):
-one that cortex would refuse is skipped, reported, and left alone.
+conversation is checked with the API's rules as they were when the backfill
+was written (:func:`is_valid`, a copy of :func:`cortex.models.check_identifier`
+for the agent id and :class:`cortex.scope.Scope` for the scope): one that
+cortex would refuse is skipped, reported, and left alone.
 
 Resumable: a batch either committed or did not; the work list is "rows whose
 ``session_id`` is NULL", so a run killed at any point continues from what is
@@ -24,12 +25,15 @@ Why it is fast: each batch is one index range read twice (list, then move),
 every join in the batch statement is on a small integer or by index, and the
 rows are moved by ``ctid``. What remains is the cost of the rows themselves:
 a new tuple, two index entries and the foreign-key check per message.
+
+Frozen once released (see :mod:`cortex._revision_helpers`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -42,10 +46,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from cortex._progress import progress
-from cortex.errors import InvalidInput, sqlstate_of
-from cortex.models import check_identifier
-from cortex.scope import Scope
+from cortex._revision_helpers.progress_v1 import progress
+from cortex.errors import InvalidInput
 
 __all__ = ["DEFAULT_BATCH_ROWS", "PREVIEW_LENGTH", "Totals", "backfill", "is_valid"]
 
@@ -190,14 +192,49 @@ def uuid7_at(moment: datetime) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(raw))
 
 
-def is_valid(agent_id: str, scope: str) -> bool:
-    """Whether the API would accept this conversation key (its own rules, not a copy of them)."""
+# The API's rules when the backfill was written (cortex.models.MAX_AGENT_ID_LENGTH,
+# cortex.scope's grammar), copied so that a change to live code never reaches a revision.
+_MAX_AGENT_ID_LENGTH: Final = 128
+_MAX_SCOPE_DEPTH: Final = 8
+_SCOPE_SEGMENT: Final = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+
+
+def _valid_agent_id(agent_id: str) -> bool:
+    if (
+        not agent_id
+        or len(agent_id) > _MAX_AGENT_ID_LENGTH
+        or "\x00" in agent_id
+        or not agent_id.isprintable()
+        or any(c.isspace() for c in agent_id)
+    ):
+        return False
     try:
-        check_identifier(agent_id, "agent_id")
-        Scope.parse(scope)
-    except InvalidInput:  # InvalidScope is an InvalidInput
+        agent_id.encode()
+    except UnicodeEncodeError:  # a lone surrogate
         return False
     return True
+
+
+def _valid_scope(scope: str) -> bool:
+    segments = scope.split("/")
+    return len(segments) <= _MAX_SCOPE_DEPTH and all(
+        _SCOPE_SEGMENT.fullmatch(segment) for segment in segments
+    )
+
+
+def is_valid(agent_id: str, scope: str) -> bool:
+    """Whether the API accepted this conversation key when the backfill was written.
+
+    An agent id: 1-128 printable characters, no whitespace. A scope: 1-8
+    segments joined by ``/``, each 1-64 characters of ``A-Z a-z 0-9 . _ : -``.
+    """
+    return _valid_agent_id(agent_id) and _valid_scope(scope)
+
+
+def _sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error, raw or wrapped, or None (cortex.errors.sqlstate_of)."""
+    state = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return state if isinstance(state, str) else None
 
 
 @dataclass
@@ -243,7 +280,7 @@ def _batch(conn: Connection, valid: list[Any], revision: str) -> Any:
         except DBAPIError as exc:
             # The statement is atomic: nothing of it committed. Run it again:
             # it now sees the default that won, and joins it.
-            if sqlstate_of(exc) != _UNIQUE_VIOLATION or attempt == _BATCH_TRIES:
+            if _sqlstate_of(exc) != _UNIQUE_VIOLATION or attempt == _BATCH_TRIES:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -1,0 +1,15 @@
+-- Running downgrade 20260901000005 -> 20260824000004
+
+DROP POLICY tenant_isolation ON sessions;
+
+ALTER TABLE sessions NO FORCE ROW LEVEL SECURITY;
+
+ALTER TABLE sessions DISABLE ROW LEVEL SECURITY;
+
+DROP POLICY tenant_isolation ON messages;
+
+ALTER TABLE messages NO FORCE ROW LEVEL SECURITY;
+
+ALTER TABLE messages DISABLE ROW LEVEL SECURITY;
+
+UPDATE alembic_version SET version_num='20260824000004' WHERE alembic_version.version_num = '20260901000005';

@@ -1,0 +1,187 @@
+-- Running upgrade 20261202000017 -> 20261203000018
+
+DO $check$
+DECLARE
+    hit record;
+BEGIN
+
+FOR hit IN
+    SELECT p.oid::pg_catalog.regprocedure::text AS signature, p.prokind,
+           pg_catalog.oidvectortypes(p.proargtypes) AS arguments,
+           pg_catalog.pg_get_userbyid(p.proowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted
+    FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_roles AS r ON r.oid = p.proowner
+    WHERE p.proname = 'cortex_search_ids' AND p.pronamespace = pg_catalog.current_schema()::regnamespace
+LOOP
+    IF NOT hit.trusted THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.signature, hit.owner, current_user);
+    END IF;
+    IF hit.arguments <> 'text' OR hit.prokind <> 'f' THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s (owned by %s) is not cortex''s %s(%s): a call meant for cortex''s could run it; drop or rename it, then run the migration again', hit.signature, hit.owner, 'cortex_search_ids', 'text');
+    END IF;
+END LOOP;
+END
+$check$;
+
+DO $check$
+DECLARE
+    hit record;
+BEGIN
+
+FOR hit IN
+    SELECT p.oid::pg_catalog.regprocedure::text AS signature, p.prokind,
+           pg_catalog.oidvectortypes(p.proargtypes) AS arguments,
+           pg_catalog.pg_get_userbyid(p.proowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted
+    FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_roles AS r ON r.oid = p.proowner
+    WHERE p.proname = 'cortex_tenant_search' AND p.pronamespace = pg_catalog.current_schema()::regnamespace
+LOOP
+    IF NOT hit.trusted THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.signature, hit.owner, current_user);
+    END IF;
+    IF hit.arguments <> 'text, text' OR hit.prokind <> 'f' THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s (owned by %s) is not cortex''s %s(%s): a call meant for cortex''s could run it; drop or rename it, then run the migration again', hit.signature, hit.owner, 'cortex_tenant_search', 'text, text');
+    END IF;
+END LOOP;
+END
+$check$;
+
+DO $check$
+DECLARE
+    hit record;
+    listed text;
+BEGIN
+SELECT c.oid, c.relkind, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'relation' END AS kind, pg_catalog.pg_get_userbyid(c.relowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted INTO hit
+FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_roles AS r ON r.oid = c.relowner
+WHERE c.relname = 'ix_sessions_tenant_title_trgm' AND c.relnamespace = pg_catalog.current_schema()::regnamespace;
+IF NOT FOUND THEN
+    RETURN;
+END IF;
+IF NOT hit.trusted THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.kind, 'ix_sessions_tenant_title_trgm', hit.owner, current_user);
+END IF;
+IF hit.relkind NOT IN ('i', 'I') THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s is a %s, not a index: cortex did not make it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm', hit.kind);
+END IF;
+IF NOT EXISTS (SELECT FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+    WHERE i.indexrelid = hit.oid AND t.relname = 'sessions' AND t.relnamespace = pg_catalog.current_schema()::regnamespace) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('an index named %s exists on another table than %s: cortex did not build it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm', 'sessions');
+END IF;
+END
+$check$;
+
+DO $check$
+DECLARE
+    hit record;
+    listed text;
+BEGIN
+SELECT c.oid, c.relkind, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'relation' END AS kind, pg_catalog.pg_get_userbyid(c.relowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted INTO hit
+FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_roles AS r ON r.oid = c.relowner
+WHERE c.relname = 'ix_sessions_tenant_title_trgm_next' AND c.relnamespace = pg_catalog.current_schema()::regnamespace;
+IF NOT FOUND THEN
+    RETURN;
+END IF;
+IF NOT hit.trusted THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.kind, 'ix_sessions_tenant_title_trgm_next', hit.owner, current_user);
+END IF;
+IF hit.relkind NOT IN ('i', 'I') THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s is a %s, not a index: cortex did not make it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm_next', hit.kind);
+END IF;
+IF NOT EXISTS (SELECT FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+    WHERE i.indexrelid = hit.oid AND t.relname = 'sessions' AND t.relnamespace = pg_catalog.current_schema()::regnamespace) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('an index named %s exists on another table than %s: cortex did not build it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm_next', 'sessions');
+END IF;
+END
+$check$;
+
+DO $migration$
+BEGIN
+    EXECUTE pg_catalog.format($function$
+        CREATE OR REPLACE FUNCTION %1$I.cortex_search_ids(pattern text) RETURNS SETOF uuid
+        LANGUAGE sql STABLE SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+            SELECT s.id FROM %1$I.sessions AS s
+            WHERE s.tenant_id = pg_catalog.current_setting('cortex.tenant', true)
+              AND ((s.title <> '' AND s.title ILIKE pattern ESCAPE '/') OR s.last_message ILIKE pattern ESCAPE '/')
+        $body$
+    $function$, pg_catalog.current_schema());
+    EXECUTE pg_catalog.format($function$
+        CREATE OR REPLACE FUNCTION %1$I.cortex_tenant_search(tenant text, pattern text)
+        RETURNS uuid[]
+        LANGUAGE plpgsql STABLE SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+        BEGIN
+            IF tenant IS DISTINCT FROM pg_catalog.current_setting('cortex.tenant', true) THEN
+                RETURN '{}';
+            END IF;
+            RETURN ARRAY(
+                SELECT s.id FROM %1$I.sessions AS s
+                WHERE s.tenant_id = tenant
+                  AND ((s.title <> '' AND s.title ILIKE pattern ESCAPE '/') OR s.last_message ILIKE pattern ESCAPE '/')
+            );
+        END
+        $body$
+    $function$, pg_catalog.current_schema());
+END
+$migration$;
+
+COMMIT;
+
+DO $check$
+DECLARE
+    hit record;
+    listed text;
+BEGIN
+SELECT c.oid, c.relkind, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'relation' END AS kind, pg_catalog.pg_get_userbyid(c.relowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted INTO hit
+FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_roles AS r ON r.oid = c.relowner
+WHERE c.relname = 'sessions' AND c.relnamespace = pg_catalog.current_schema()::regnamespace;
+IF NOT FOUND THEN
+    SELECT pg_catalog.pg_get_userbyid(t.typowner) AS owner INTO hit FROM pg_catalog.pg_type AS t
+    WHERE t.typname = 'sessions' AND t.typnamespace = pg_catalog.current_schema()::regnamespace;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', 'type', 'sessions', hit.owner, current_user);
+    END IF;
+    RETURN;
+END IF;
+IF NOT hit.trusted THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.kind, 'sessions', hit.owner, current_user);
+END IF;
+IF hit.relkind NOT IN ('r', 'p') THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s is a %s, not a table: cortex did not make it; drop or rename it, then run the migration again', 'sessions', hit.kind);
+END IF;
+END
+$check$;
+
+DO $check$
+DECLARE
+    hit record;
+    listed text;
+BEGIN
+SELECT c.oid, c.relkind, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'relation' END AS kind, pg_catalog.pg_get_userbyid(c.relowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted INTO hit
+FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_roles AS r ON r.oid = c.relowner
+WHERE c.relname = 'ix_sessions_tenant_title_trgm_next' AND c.relnamespace = pg_catalog.current_schema()::regnamespace;
+IF NOT FOUND THEN
+    RETURN;
+END IF;
+IF NOT hit.trusted THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.kind, 'ix_sessions_tenant_title_trgm_next', hit.owner, current_user);
+END IF;
+IF hit.relkind NOT IN ('i', 'I') THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('%s is a %s, not a index: cortex did not make it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm_next', hit.kind);
+END IF;
+IF NOT EXISTS (SELECT FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS t ON t.oid = i.indrelid
+    WHERE i.indexrelid = hit.oid AND t.relname = 'sessions' AND t.relnamespace = pg_catalog.current_schema()::regnamespace) THEN
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('an index named %s exists on another table than %s: cortex did not build it; drop or rename it, then run the migration again', 'ix_sessions_tenant_title_trgm_next', 'sessions');
+END IF;
+END
+$check$;
+
+CREATE INDEX CONCURRENTLY ix_sessions_tenant_title_trgm_next ON sessions USING gin (tenant_id, title gin_trgm_ops) WHERE title <> '';
+
+DROP INDEX CONCURRENTLY IF EXISTS ix_sessions_tenant_title_trgm;
+
+ALTER INDEX IF EXISTS ix_sessions_tenant_title_trgm_next RENAME TO ix_sessions_tenant_title_trgm;
+
+BEGIN;
+
+UPDATE alembic_version SET version_num='20261203000018' WHERE alembic_version.version_num = '20261202000017';
