@@ -309,7 +309,7 @@ def backfill(
                     f"database is at {', '.join(heads) or 'base'}: the backfill runs as "
                     f"revision {BACKFILL_REVISION}; run `cortex db upgrade`"
                 )
-            if _ddl.sessions_distributed(conn):
+            if ddl_v1.sessions_distributed(conn):
                 raise InvalidInput(
                     "cortex db backfill runs on local tables only: a distributed (Citus) database"
                     f" sessioned its legacy rows at revision {CITUS_FLOOR}, before its tables were"

@@ -167,7 +167,9 @@ def _fill_tenants() -> None:
     bind = op.get_bind()
     pages = int(
         bind.execute(
-            sa.text("SELECT pg_relation_size('messages') / current_setting('block_size')::int")
+            sa.text(
+                "SELECT pg_catalog.pg_relation_size('messages') / pg_catalog.current_setting('block_size')::int"
+            )
         ).scalar_one()
     )
     with progress("tenant_id", pages, unit="pages") as advance:

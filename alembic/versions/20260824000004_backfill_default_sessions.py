@@ -151,7 +151,7 @@ def downgrade() -> None:
             FROM backfill_touched AS t
             LEFT JOIN LATERAL (
                 SELECT count(*) AS n,
-                       (array_agg(left(m.content, {PREVIEW_LENGTH}) ORDER BY m.seq DESC))[1]
+                       (pg_catalog.array_agg(left(m.content, {PREVIEW_LENGTH}) ORDER BY m.seq DESC))[1]
                            AS last_content
                 FROM messages AS m
                 WHERE m.tenant_id = t.tenant_id AND m.session_id = t.id

@@ -50,7 +50,7 @@ safe_with_code_from: str = "20261201000009"
 
 _KEY_COLUMNS = """
 SELECT count(*) FROM pg_catalog.pg_index AS i
-CROSS JOIN LATERAL unnest(i.indkey) AS k
+CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) AS k
 WHERE i.indexrelid = pg_catalog.to_regclass('pk_pending_inputs')
 """
 

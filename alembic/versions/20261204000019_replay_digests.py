@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from alembic import op
+from cortex.errors import SchemaMismatch
 
 revision: str = "20261204000019"
 down_revision: str | Sequence[str] | None = "20261203000018"
@@ -97,7 +98,36 @@ def data_loss(bind: Connection) -> list[str]:
     return []
 
 
+# Each column this revision adds, and its type: one of that name and another type is not cortex's.
+COLUMNS: Final = (("messages", "deltas_digest"), ("sessions", "scope_deltas_digest"))
+
+
+def _check_types() -> None:
+    """Refuse a column of this revision's names whose type is not bytea (nothing is changed)."""
+    if op.get_context().as_sql:
+        return
+    for table, column in COLUMNS:
+        found = (
+            op.get_bind()
+            .execute(
+                sa.text(
+                    "SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute AS a"
+                    " WHERE a.attrelid = pg_catalog.to_regclass(:t) AND a.attname = :c"
+                    " AND NOT a.attisdropped"
+                ),
+                {"t": f"public.{table}", "c": column},
+            )
+            .scalar()
+        )
+        if found is not None and found != "bytea":
+            raise SchemaMismatch(
+                f"column {table}.{column} exists with type {found}, not bytea: cortex did not"
+                " make it; drop or rename it, then run the migration again"
+            )
+
+
 def upgrade() -> None:
+    _check_types()
     with op.get_context().autocommit_block():
         for statement in ADD:
             _run(statement)

@@ -125,7 +125,7 @@ existing AS (
 agg AS (
     SELECT r.i, r.new_id, r.tenant_id, count(*) AS n,
            min(r.created_at) AS first_at, max(r.created_at) AS last_at,
-           (array_agg(left(r.content, {preview}) ORDER BY r.created_at DESC, r.id DESC))[1]
+           (pg_catalog.array_agg(left(r.content, {preview}) ORDER BY r.created_at DESC, r.id DESC))[1]
                AS last_content
     FROM rows AS r
     GROUP BY r.i, r.new_id, r.tenant_id
@@ -138,7 +138,7 @@ created AS (
         message_count, last_message, backfilled_by, created_at, updated_at
     )
     SELECT a.tenant_id, a.new_id, c.agent_id, c.scope,
-           array_length(string_to_array(c.scope, '/'), 1),
+           pg_catalog.array_length(pg_catalog.string_to_array(c.scope, '/'), 1),
            CASE WHEN strpos(c.scope, '/') > 0
                 THEN split_part(c.scope, '/', 1) || '/' || split_part(c.scope, '/', 2) END,
            true, a.n, a.last_content, :revision, a.first_at, a.last_at

@@ -114,7 +114,7 @@ BEGIN
         LOOP
             EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, cortex_table);
         END LOOP;
-        PERFORM create_distributed_table(
+        PERFORM pg_catalog.create_distributed_table(
             pg_catalog.to_regclass(cortex_table), 'tenant_id',
             colocate_with => CASE cortex_table WHEN '{COLOCATION_ANCHOR}' THEN 'none'
                                                ELSE '{COLOCATION_ANCHOR}' END
@@ -123,7 +123,7 @@ BEGIN
     -- Made before the extension, they are on the coordinator only, yet the
     -- shards call them; after the tables, which their bodies name.
     FOR function_id IN {_UNPROPAGATED_FUNCTIONS} LOOP
-        PERFORM create_distributed_function(function_id::regprocedure);
+        PERFORM pg_catalog.create_distributed_function(function_id::regprocedure);
     END LOOP;
 END
 $citus$

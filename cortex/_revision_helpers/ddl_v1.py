@@ -497,23 +497,42 @@ def preflight_check() -> str:
     PostgreSQL resolves an unqualified call to the best-matching signature in
     any schema on the search path, so ``public.pg_column_size(jsonb)`` would
     take a call cortex means for ``pg_catalog.pg_column_size("any")`` and run
-    as the migrating role. A function named ``cortex…``, and any of
-    :data:`CORTEX_TABLES`: another role's copy would be adopted or written to.
+    as the migrating role; any schema on the path counts. A function named
+    ``cortex…``, and any of :data:`CORTEX_TABLES`: another role's copy would
+    be adopted or written to. And cortex's schema itself: the first schema on
+    the path must be ``public`` (a schema named like the login comes first).
     """
     tables = ", ".join(_literal(table) for table in CORTEX_TABLES)
+    path = (
+        "SELECT n.oid FROM pg_catalog.pg_namespace AS n"
+        " WHERE n.nspname = ANY (pg_catalog.current_schemas(false)) AND n.nspname <> 'pg_catalog'"
+    )
+    home = _refuse(
+        "cortex's tables would be created in schema %s, owned by %s, which comes before public"
+        " on the search path of %s: cortex lives in public; drop or rename that schema, or set"
+        " the role's search_path, then run the migration again",
+        "pg_catalog.current_schema()",
+        "pg_catalog.pg_get_userbyid(hit.nspowner)",
+        "current_user",
+    )
     body = f"""
+IF pg_catalog.current_schema() IS DISTINCT FROM 'public' THEN
+    SELECT n.nspowner INTO hit FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = pg_catalog.current_schema();
+    {home}
+END IF;
 SELECT f.kind, f.name, f.owner INTO hit FROM (
     SELECT 'function' AS kind, p.oid::pg_catalog.regprocedure::text AS name,
            pg_catalog.pg_get_userbyid(p.proowner) AS owner
     FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_roles AS r ON r.oid = p.proowner
-    WHERE p.pronamespace = {_SCHEMA} AND NOT {_TRUSTED}
+    WHERE p.pronamespace IN ({path}) AND NOT {_TRUSTED}
       AND (p.proname LIKE 'cortex%' OR EXISTS (
           SELECT FROM pg_catalog.pg_proc AS q
           WHERE q.pronamespace = 'pg_catalog'::regnamespace AND q.proname = p.proname))
     UNION ALL
     SELECT 'operator', o.oid::pg_catalog.regoperator::text, pg_catalog.pg_get_userbyid(o.oprowner)
     FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_roles AS r ON r.oid = o.oprowner
-    WHERE o.oprnamespace = {_SCHEMA} AND NOT {_TRUSTED}
+    WHERE o.oprnamespace IN ({path}) AND NOT {_TRUSTED}
       AND EXISTS (
           SELECT FROM pg_catalog.pg_operator AS q
           WHERE q.oprnamespace = 'pg_catalog'::regnamespace AND q.oprname = o.oprname)

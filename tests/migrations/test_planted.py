@@ -306,6 +306,37 @@ def test_a_planted_shadow_of_a_catalog_function_is_refused(planted: Planted) -> 
     assert current(planted.owner) == [before]
 
 
+def _grant_create_on_database(planted: Planted) -> tuple[str, str]:
+    """The planter may create schemas; the migrating login's name and the database's."""
+    (me,) = fetch(planted.owner, "SELECT current_user::text AS u, current_database()::text AS d")
+    execute(planted.owner, f'GRANT CREATE ON DATABASE "{me["d"]}" TO "{planted.role}"')
+    return me["u"], me["d"]
+
+
+def test_a_schema_named_like_the_migrating_login_is_refused(planted: Planted) -> None:
+    """First on the default path ("$user", public): cortex would create its tables there."""
+    login, _ = _grant_create_on_database(planted)
+    execute(planted.planter, f'CREATE SCHEMA "{login}"')
+    _refused(planted.owner, "head", f"{login}", planted.role, "public")
+    assert _owner_of(planted.owner, "sessions") is None
+
+
+def test_a_shadow_planted_later_on_the_path_is_refused(planted: Planted) -> None:
+    """Any schema on the path takes an unqualified call that its overload matches better."""
+    before = "20261201000012"
+    upgrade(planted.owner, before)
+    _, database = _grant_create_on_database(planted)
+    execute(
+        planted.planter,
+        "CREATE SCHEMA extra",
+        "CREATE FUNCTION extra.unnest(v int2vector) RETURNS SETOF smallint"
+        " LANGUAGE sql AS $$ SELECT 1::smallint $$",
+    )
+    execute(planted.owner, f'ALTER DATABASE "{database}" SET search_path = public, extra')
+    _refused(planted.owner, "head", "unnest(int2vector)", planted.role)
+    assert current(planted.owner) == [before]
+
+
 def test_the_catch_up_backfill_refuses_a_planted_shadow(
     planted: Planted, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -337,6 +368,14 @@ def test_a_planted_type_in_a_table_s_name_is_refused(planted: Planted, layer: st
     execute(planted.planter, "CREATE TYPE scope_data AS (tenant_id text)")
     _refused(planted.owner, "head", "type scope_data", planted.role)
     assert current(planted.owner) == [before]
+
+
+def test_a_digest_column_of_another_type_is_refused(blank_db: str) -> None:
+    before = "20261203000018"
+    upgrade(blank_db, before)
+    execute(blank_db, "ALTER TABLE messages ADD COLUMN deltas_digest text")
+    _refused(blank_db, "head", "messages.deltas_digest", "text")
+    assert current(blank_db) == [before]
 
 
 def test_an_extension_another_role_created_is_refused(planted: Planted) -> None:

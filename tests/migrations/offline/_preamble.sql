@@ -3,18 +3,23 @@ DECLARE
     hit record;
 BEGIN
 
+IF pg_catalog.current_schema() IS DISTINCT FROM 'public' THEN
+    SELECT n.nspowner INTO hit FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = pg_catalog.current_schema();
+    RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('cortex''s tables would be created in schema %s, owned by %s, which comes before public on the search path of %s: cortex lives in public; drop or rename that schema, or set the role''s search_path, then run the migration again', pg_catalog.current_schema(), pg_catalog.pg_get_userbyid(hit.nspowner), current_user);
+END IF;
 SELECT f.kind, f.name, f.owner INTO hit FROM (
     SELECT 'function' AS kind, p.oid::pg_catalog.regprocedure::text AS name,
            pg_catalog.pg_get_userbyid(p.proowner) AS owner
     FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_roles AS r ON r.oid = p.proowner
-    WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace AND NOT (r.rolname = current_user OR r.rolsuper)
+    WHERE p.pronamespace IN (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = ANY (pg_catalog.current_schemas(false)) AND n.nspname <> 'pg_catalog') AND NOT (r.rolname = current_user OR r.rolsuper)
       AND (p.proname LIKE 'cortex%' OR EXISTS (
           SELECT FROM pg_catalog.pg_proc AS q
           WHERE q.pronamespace = 'pg_catalog'::regnamespace AND q.proname = p.proname))
     UNION ALL
     SELECT 'operator', o.oid::pg_catalog.regoperator::text, pg_catalog.pg_get_userbyid(o.oprowner)
     FROM pg_catalog.pg_operator AS o JOIN pg_catalog.pg_roles AS r ON r.oid = o.oprowner
-    WHERE o.oprnamespace = pg_catalog.current_schema()::regnamespace AND NOT (r.rolname = current_user OR r.rolsuper)
+    WHERE o.oprnamespace IN (SELECT n.oid FROM pg_catalog.pg_namespace AS n WHERE n.nspname = ANY (pg_catalog.current_schemas(false)) AND n.nspname <> 'pg_catalog') AND NOT (r.rolname = current_user OR r.rolsuper)
       AND EXISTS (
           SELECT FROM pg_catalog.pg_operator AS q
           WHERE q.oprnamespace = 'pg_catalog'::regnamespace AND q.oprname = o.oprname)
@@ -70,7 +75,7 @@ BEGIN
         LOOP
             EXECUTE pg_catalog.format('DROP TRIGGER %I ON %I', trigger_name, cortex_table);
         END LOOP;
-        PERFORM create_distributed_table(
+        PERFORM pg_catalog.create_distributed_table(
             pg_catalog.to_regclass(cortex_table), 'tenant_id',
             colocate_with => CASE cortex_table WHEN 'sessions' THEN 'none'
                                                ELSE 'sessions' END
@@ -87,7 +92,7 @@ BEGIN
               SELECT FROM pg_catalog.pg_dist_object AS o
               WHERE o.classid = 'pg_catalog.pg_proc'::regclass AND o.objid = p.oid
           ) LOOP
-        PERFORM create_distributed_function(function_id::regprocedure);
+        PERFORM pg_catalog.create_distributed_function(function_id::regprocedure);
     END LOOP;
 END
 $citus$;
