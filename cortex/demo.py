@@ -243,8 +243,10 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             detail = await store.inspect_session(ticket.id)
         question = detail.pending[0]
         console.print(
-            f"paused in {acme}: {len(waiting)} session(s); {ticket.id} asks "
-            f"{question.message!r}, expecting {question.response_schema}"
+            literal(
+                f"paused in {acme}: {len(waiting)} session(s); {ticket.id} asks "
+                f"{question.message!r}, expecting {question.response_schema}"
+            )
         )
         with use_scope(users[1]):
             try:
@@ -256,7 +258,9 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             console.print(f"resumed by ops@acme -> state {after.state.value}")
             await store.abort_session(ticket.id, "customer withdrew the request")
             aborted = await store.inspect_session(ticket.id)
-        console.print(f"aborted -> state {aborted.state.value}, reason {aborted.abort_reason!r}")
+        console.print(
+            literal(f"aborted -> state {aborted.state.value}, reason {aborted.abort_reason!r}")
+        )
 
         if not embedded and not keep:
             for tenant in (acme, globex):
