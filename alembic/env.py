@@ -61,13 +61,24 @@ def _url() -> str:
     return url
 
 
-def _distribute_at_the_floor(
+def _after_step(
     ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
 ) -> None:
     # On Citus the tables the revisions below CITUS_FLOOR left local are
     # distributed in its step, before a later revision co-locates with them.
     if step.is_upgrade and step.up_revision_id == CITUS_FLOOR:
         ctx.execute(distribute_all_sql())
+    # What the run did, for `cortex db upgrade` and `downgrade` to report.
+    now = time.monotonic()
+    applied = config.attributes.setdefault("applied", [])
+    applied.append(
+        {
+            "revision": ",".join(step.destination_revision_ids) or "base",
+            "from": ",".join(step.source_revision_ids) or "base",
+            "seconds": round(now - config.attributes.get("step_started", now), 3),
+        }
+    )
+    config.attributes["step_started"] = now
 
 
 def run_migrations_offline() -> None:
@@ -78,7 +89,7 @@ def run_migrations_offline() -> None:
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
         transaction_per_migration=True,
-        on_version_apply=_distribute_at_the_floor,
+        on_version_apply=_after_step,
     )
     with context.begin_transaction():
         # The script refuses, as an online run does, another role's objects in cortex's way.
@@ -133,7 +144,7 @@ def _do_run_migrations(connection: Connection) -> None:
             # commit its batches and a failure keeps the revisions before it.
             transaction_per_migration=True,
             compare_type=True,
-            on_version_apply=_distribute_at_the_floor,
+            on_version_apply=_after_step,
         )
         if going_to is None:
             # On Citus, a database migrated before the extension was added:
@@ -141,6 +152,7 @@ def _do_run_migrations(connection: Connection) -> None:
             # tables (cortex.migrate), and again after the run.
             connection.exec_driver_sql(distribute_all_sql())
             connection.commit()
+        config.attributes["step_started"] = time.monotonic()
         with context.begin_transaction():
             context.run_migrations()
         connection.exec_driver_sql(distribute_all_sql())

@@ -72,11 +72,18 @@ def database_url(args: argparse.Namespace) -> str:
     return url
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # The command line ends a closed pipe, rich's own handler would exit 1.
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """Rich console; piped output gets a wide one so table rows stay on one line for grep."""
     if sys.stdout.isatty():
-        return Console(highlight=False, emoji=False)
-    return Console(width=200, highlight=False, emoji=False)
+        return _Console(highlight=False, emoji=False)
+    return _Console(width=200, highlight=False, emoji=False)
 
 
 # Anything but printable ASCII may need escaping: a run of it is looked at.
@@ -133,7 +140,7 @@ def json_text(value: Any, indent: int | None = None) -> str:
     With ``indent``, its lines are split by ``\n`` alone: the encoder escapes
     every newline inside a string, so those are the JSON's own.
     """
-    lines = json.dumps(value, indent=indent, ensure_ascii=False).split("\n")
+    lines = json.dumps(value, indent=indent, ensure_ascii=False, default=str).split("\n")
     return "\n".join(visible(line, in_json=True) for line in lines)
 
 
@@ -163,8 +170,8 @@ class VisibleFormatter(logging.Formatter):
 
 
 def emit_json(value: Any) -> None:
-    """Print ``value`` as indented JSON (timestamps as ISO 8601 with their zone)."""
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    """Print ``value`` as indented JSON: non-ASCII as is, hidden characters escaped (json_text)."""
+    sys.stdout.write(json_text(value, indent=2) + "\n")
 
 
 def when(moment: datetime) -> str:

@@ -13,6 +13,7 @@ code  meaning
 4     database unavailable (unreachable, missing, login refused)
 5     schema mismatch: run ``cortex db upgrade``
 6     conflict (e.g. the session is already aborted)
+141   the reader of the output went away (``| head``)
 ====  =====================================================
 
 Global options (``--database-url``) are accepted before or after the
@@ -28,16 +29,18 @@ import io
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from alembic import command
 from cortex import _routines, migrate
@@ -67,7 +70,14 @@ from cortex._engine import (
     make_engine,
 )
 from cortex._version import __version__
-from cortex.errors import CortexError, NotFound, SchemaMismatch, translate_errors
+from cortex.errors import (
+    CortexError,
+    DatabaseError,
+    NotFound,
+    SchemaMismatch,
+    sqlstate_of,
+    translate_errors,
+)
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -82,6 +92,11 @@ __all__ = [
 ]
 
 
+# What a shell reports for a writer that SIGPIPE ended (128 + 13), as `head` expects.
+EXIT_BROKEN_PIPE: Final = 141
+_T = TypeVar("_T")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own would exit; we return a code
         raise UsageError(message)
@@ -91,20 +106,29 @@ def _script() -> ScriptDirectory:
     return ScriptDirectory.from_config(migrate.alembic_config())
 
 
-async def _read_revision(url: str) -> list[str]:
+@contextlib.asynccontextmanager
+async def _connected(url: str) -> AsyncIterator[AsyncConnection]:
+    """One connection for all of a command's reads, on an engine of its own."""
     engine = make_engine(url, poolclass=sa.pool.NullPool)
     try:
         with translate_errors():
             async with engine.connect() as conn:
-                exists = await conn.scalar(
-                    sa.text("SELECT to_regclass('alembic_version') IS NOT NULL")
-                )
-                if not exists:
-                    return []
-                rows = await conn.execute(sa.text("SELECT version_num FROM alembic_version"))
-                return list(rows.scalars())
+                yield conn
     finally:
         await engine.dispose()
+
+
+async def _column(conn: AsyncConnection, sql: str) -> list[str]:
+    """The first column of ``sql``'s rows, as text."""
+    return [str(value) for value in (await conn.scalars(sa.text(sql))).all()]
+
+
+async def _revisions(conn: AsyncConnection) -> list[str]:
+    if not await conn.scalar(
+        sa.text("SELECT pg_catalog.to_regclass('alembic_version') IS NOT NULL")
+    ):
+        return []
+    return await _column(conn, "SELECT version_num FROM alembic_version")
 
 
 # The owner of the whole-tenant search function, unless it bypasses row-level
@@ -113,24 +137,6 @@ _SEARCH_OWNER: Final = """
 SELECT r.rolname FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
 WHERE p.oid = to_regprocedure('cortex_search_ids(text)') AND NOT (r.rolsuper OR r.rolbypassrls)
 """
-
-
-async def _column(url: str, sql: str) -> list[str]:
-    """The first column of ``sql``'s rows, as text."""
-    engine = make_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with translate_errors():
-            async with engine.connect() as conn:
-                return [str(value) for value in (await conn.scalars(sa.text(sql))).all()]
-    finally:
-        await engine.dispose()
-
-
-async def _search_scans(url: str) -> str | None:
-    """The owner of ``cortex_search_ids()`` if its whole-tenant search scans the tenant, else None."""
-    owners = await _column(url, _SEARCH_OWNER)
-    return owners[0] if owners else None
-
 
 # An index an online migration builds beside the one it replaces (ddl_v1.replace_index)
 # and renames at the end: found afterwards, a run was killed before it finished.
@@ -142,62 +148,172 @@ ORDER BY 1
 """
 
 
-def _note_leftovers(url: str) -> list[str]:
-    """Say on stderr which indexes an interrupted migration left; return their names."""
-    left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
-    for name in left:
+class _Report(NamedTuple):
+    """What `cortex db current`, `check`, `upgrade` and `downgrade` say about a database."""
+
+    revisions: list[str]
+    serves_from: str | None
+    distribution: migrate.Distribution
+    routines: int
+    leftovers: list[str]
+    creators: list[str]
+    search_owner: str | None
+
+
+async def _report(url: str) -> _Report:
+    async with _connected(url) as conn:
+        revisions = await _revisions(conn)
+        serves_from = None
+        if await conn.scalar(
+            sa.text("SELECT pg_catalog.to_regclass('cortex_schema_compat') IS NOT NULL")
+        ):
+            serves_from = await conn.scalar(
+                sa.text("SELECT oldest_code_revision FROM cortex_schema_compat")
+            )
+        distribution = await conn.run_sync(migrate.distribution_of)
+        driver = (await conn.get_raw_connection()).driver_connection
+        routines = len(await _routines.available(driver)) if driver is not None else 0
+        owners = await _column(conn, _SEARCH_OWNER)
+        return _Report(
+            revisions,
+            serves_from,
+            distribution,
+            routines,
+            await _column(conn, _LEFTOVER_INDEXES),
+            await _column(conn, FOREIGN_CREATORS_SQL),
+            owners[0] if owners else None,
+        )
+
+
+def _say_warnings(report: _Report) -> None:
+    """Say on stderr what an operator must act on: leftover indexes, other roles' rights."""
+    for name in report.leftovers:
         echo(
             f"cortex: note: index {name} is left by an interrupted migration (an upgrade or a"
             " downgrade killed before it finished): run that command again to finish it, or"
             " drop the index; every write to its table updates it until then",
             err=True,
         )
-    return left
+    if report.creators:
+        echo(f"cortex: WARNING: {foreign_creators_warning(report.creators)}", err=True)
 
 
-def _run_alembic(action: Callable[[], None]) -> None:
+def _run_alembic(action: Callable[[], _T], url: str) -> _T:
     """Run an Alembic command; database errors become CortexError, a bad revision bad usage."""
     try:
         with translate_errors():
-            action()
+            return action()
     except CommandError as exc:  # "Can't locate revision identified by 'nonsense'"
         raise UsageError(str(exc)) from None
+    except DatabaseError as exc:
+        if exc.__cause__ is None or sqlstate_of(exc.__cause__) != "42501":
+            raise
+        raise DatabaseError(asyncio.run(_who_may_migrate(url))) from exc
+
+
+async def _who_may_migrate(url: str) -> str:
+    """Why a migration was refused its rights, naming the role it needs."""
+    async with _connected(url) as conn:
+        user = await conn.scalar(sa.text("SELECT current_user::text"))
+        owner = await conn.scalar(
+            sa.text(
+                "SELECT pg_catalog.pg_get_userbyid(relowner)::text FROM pg_catalog.pg_class"
+                " WHERE oid = pg_catalog.to_regclass('public.sessions')"
+            )
+        )
+    if owner is None:
+        return (
+            f"{user} may not create tables in schema public: run the first `cortex db upgrade`"
+            " as the role that is to own cortex's tables (README: Deployment roles)"
+        )
+    return (
+        f"{user} does not own cortex's tables: run `cortex db upgrade` and `downgrade` as"
+        f" their owner, {owner}, or a role that is a member of it (README: Deployment roles)"
+    )
+
+
+def _title(script: ScriptDirectory, revision: str) -> str:
+    found = script.get_revision(revision) if revision != "base" else None
+    doc = (found.doc or "").strip() if found is not None else ""
+    return doc.splitlines()[0] if doc else ""
+
+
+def _steps_out(args: argparse.Namespace, steps: list[migrate.Step], verb: str) -> int:
+    """Report a run's steps and where the database is now (a table, or --json)."""
+    url = database_url(args)
+    report = asyncio.run(_report(url))
+    script = _script()
+    # An upgrade step applies its destination; a downgrade step undoes its source.
+    done = [(s.revision if verb == "applied" else s.source, s) for s in steps]
+    rows = [
+        {"revision": rev, "to": s.revision, "seconds": s.seconds, "title": _title(script, rev)}
+        for rev, s in done
+    ]
+    if args.json:
+        emit_json(
+            {
+                verb: rows,
+                "revision": report.revisions[0]
+                if len(report.revisions) == 1
+                else (report.revisions or None),
+                "leftover_indexes": report.leftovers,
+                "foreign_creators": report.creators,
+            }
+        )
+    else:
+        for row in rows:
+            echo(f"{verb} {row['revision']} in {row['seconds']:.2f} s: {row['title']}")
+        where = ", ".join(report.revisions) or "base"
+        echo(f"database is at {where}" + ("" if steps else " (nothing to do)"))
+        if steps and verb == "applied" and report.search_owner:
+            echo(
+                f"cortex: note: the search function's owner {report.search_owner} bypasses no"
+                " row-level security, so a whole-tenant search stays correct but scans the"
+                " tenant's sessions instead of the trigram indexes (README: Deployment roles)",
+                err=True,
+            )
+    _say_warnings(report)
+    return EXIT_OK
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     url = database_url(args)
-    _run_alembic(
+    steps = _run_alembic(
         lambda: migrate.upgrade(
             url, args.revision, backfill_batch=args.backfill_batch, backfill_rate=args.backfill_rate
-        )
+        ),
+        url,
     )
-    echo(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
-    if owner := asyncio.run(_search_scans(url)):
-        echo(
-            f"cortex: note: the search function's owner {owner} bypasses no row-level"
-            " security, so a whole-tenant search stays correct but scans the tenant's"
-            " sessions instead of the trigram indexes (README: Deployment roles)",
-            err=True,
-        )
-    _note_leftovers(url)
-    _warn_foreign_creators(url)
-    return EXIT_OK
+    return _steps_out(args, steps, "applied")
 
 
 def cmd_downgrade(args: argparse.Namespace) -> int:
     url = database_url(args)
-    _run_alembic(
-        lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss)
+    steps = _run_alembic(
+        lambda: migrate.downgrade(url, args.revision, allow_data_loss=args.allow_data_loss), url
     )
-    echo(f"database is at {', '.join(asyncio.run(_read_revision(url))) or 'base'}")
-    _note_leftovers(url)
-    return EXIT_OK
+    return _steps_out(args, steps, "undone")
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     totals = migrate.backfill(
         database_url(args), batch_rows=args.backfill_batch, max_rate=args.backfill_rate
     )
+    if args.json:
+        emit_json(
+            {
+                "moved": totals.moved,
+                "created": totals.created,
+                "joined": totals.joined,
+                "batches": totals.batches,
+                "seconds": round(totals.seconds, 3),
+                "skipped": [
+                    {"tenant_id": t, "agent_id": a, "scope": s, "messages": n}
+                    for (t, a, s), n in sorted(totals.skipped.items())
+                ],
+            }
+        )
+        return EXIT_OK
     echo(
         f"backfill: {totals.moved} messages moved, {totals.created} sessions created, "
         f"{totals.joined} defaults joined, {len(totals.skipped)} conversations left alone"
@@ -205,75 +321,98 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _read_distribution(url: str) -> migrate.Distribution:
-    engine = make_engine(url, poolclass=sa.pool.NullPool)
+def _pending(script: ScriptDirectory, revisions: list[str]) -> list[str]:
+    """The revisions between the database's and this code's, oldest first."""
+    if len(revisions) > 1:
+        return [SCHEMA_REVISION]
+    lower = revisions[0] if revisions else "base"
     try:
-        with translate_errors():
-            async with engine.connect() as conn:
-                return await conn.run_sync(migrate.distribution_of)
-    finally:
-        await engine.dispose()
+        found = list(script.iterate_revisions(SCHEMA_REVISION, lower))
+    except (CommandError, RevisionError):  # past this code, or off its history
+        return []
+    return [rev.revision for rev in reversed(found) if rev.revision != lower]
 
 
-async def _count_routines(url: str) -> int:
-    engine = make_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with translate_errors():
-            async with engine.connect() as conn:
-                driver = (await conn.get_raw_connection()).driver_connection
-                return len(await _routines.available(driver)) if driver is not None else 0
-    finally:
-        await engine.dispose()
-
-
-def _warn_foreign_creators(url: str) -> list[str]:
-    """Say on stderr who besides cortex's owner may create objects on its search path."""
-    creators = asyncio.run(_column(url, FOREIGN_CREATORS_SQL))
-    if creators:
-        echo(f"cortex: WARNING: {foreign_creators_warning(creators)}", err=True)
-    return creators
+def _state(report: _Report) -> dict[str, Any]:
+    found = report.revisions
+    at = found[0] if len(found) == 1 else None
+    # A later revision serves this code when each step since declared itself safe with it.
+    serves = at == SCHEMA_REVISION or (
+        at is not None
+        and at > SCHEMA_REVISION
+        and report.serves_from is not None
+        and report.serves_from <= SCHEMA_REVISION
+    )
+    return {
+        "revision": at if at is not None else (found or None),
+        "expected": SCHEMA_REVISION,
+        "up_to_date": found == [SCHEMA_REVISION],
+        "serves_this_code": serves,
+        "pending": [] if serves else _pending(_script(), found),
+        "distributed": report.distribution.distributed,
+        "distribution": report.distribution.summary,
+        "routines": report.routines,
+        "routines_expected": _routines.wanted_count(report.distribution.distributed),
+        "leftover_indexes": report.leftovers,
+        "foreign_creators": report.creators,
+    }
 
 
 def cmd_current(args: argparse.Namespace) -> int:
-    url = database_url(args)
-    found = asyncio.run(_read_revision(url))
-    distribution = asyncio.run(_read_distribution(url))
-    routines = asyncio.run(_count_routines(url))
-    wanted = _routines.wanted_count(distribution.distributed)
-    left = asyncio.run(_column(url, _LEFTOVER_INDEXES))
-    creators = _warn_foreign_creators(url)
-    state = {
-        "revision": found[0] if len(found) == 1 else (found or None),
-        "expected": SCHEMA_REVISION,
-        "up_to_date": found == [SCHEMA_REVISION],
-        "distributed": distribution.distributed,
-        "distribution": distribution.summary,
-        "routines": routines,
-        "routines_expected": wanted,
-        "leftover_indexes": left,
-        "foreign_creators": creators,
-    }
+    report = asyncio.run(_report(database_url(args)))
+    state = _state(report)
     if args.json:
         emit_json(state)
     else:
-        have = ", ".join(found) or "base (no cortex schema)"
-        verdict = "up to date" if state["up_to_date"] else "run `cortex db upgrade`"
+        have = ", ".join(report.revisions) or "base (no cortex schema)"
+        verdict = (
+            "up to date"
+            if state["up_to_date"]
+            else ("serves this code" if state["serves_this_code"] else "run `cortex db upgrade`")
+        )
         echo(f"{have} (this cortex needs {SCHEMA_REVISION}: {verdict})")
-        echo(distribution.summary)
+        echo(report.distribution.summary)
+        wanted = state["routines_expected"]
         echo(
-            f"routines: {routines} of this cortex's {wanted} hot statements"
+            f"routines: {report.routines} of this cortex's {wanted} hot statements"
             + (
                 " (one round trip each)"
-                if routines == wanted
+                if report.routines == wanted
                 else " (the rest run as transactions: run `cortex db upgrade`)"
             )
         )
-        if left:
+        if report.leftovers:
             echo(
-                f"left by an interrupted migration: {', '.join(left)}"
+                f"left by an interrupted migration: {', '.join(report.leftovers)}"
                 " (run the interrupted command again to finish it, or drop them)"
             )
+    _say_warnings(report)
     return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the database serves this code, 1 when it does not (naming what is pending)."""
+    report = asyncio.run(_report(database_url(args)))
+    state = _state(report)
+    ok = bool(state["serves_this_code"])
+    if args.json:
+        emit_json(
+            {key: state[key] for key in ("revision", "expected", "serves_this_code", "pending")}
+        )
+    elif ok:
+        echo(f"database at {state['revision']} serves this cortex ({SCHEMA_REVISION})")
+    else:
+        have = ", ".join(report.revisions) or "base (no cortex schema)"
+        pending = state["pending"]
+        echo(
+            f"database at {have} does not serve this cortex ({SCHEMA_REVISION}): "
+            + (
+                f"{len(pending)} revision(s) pending ({', '.join(pending)}): run `cortex db upgrade`"
+                if pending
+                else "it is newer and not safe with this code: upgrade cortex"
+            )
+        )
+    return EXIT_OK if ok else EXIT_ERROR
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -304,7 +443,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     buffer = io.StringIO()
     config.stdout = buffer
     with contextlib.redirect_stdout(buffer):
-        _run_alembic(lambda: command.upgrade(config, args.revision, sql=True))
+        _run_alembic(lambda: command.upgrade(config, args.revision, sql=True), url)
     sys.stdout.write(buffer.getvalue())
     return EXIT_OK
 
@@ -330,34 +469,31 @@ _NOT_OWNER: Final = (
 )
 
 
-async def _grant(url: str, role: str, statements: list[str]) -> None:
-    engine = make_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with translate_errors():
-            async with engine.connect() as conn:
-                try:
-                    async with conn.begin():
-                        await _check_grant_target(conn, role)
-                        # Only the owner (or a member of it) can grant; a role
-                        # that holds the rights already would otherwise be told
-                        # "granted" for GRANTs PostgreSQL only warned about.
-                        await _require_owner(conn)
-                        for statement in statements:
-                            await conn.execute(sa.text(statement))
-                        missing = await _not_granted(conn, role)
-                except _NotOwner as exc:
-                    missing = exc.tables
-                except sa.exc.DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) != "42501":  # insufficient_privilege
-                        raise
-                    missing = list(_GRANTED_TABLES)
-                if missing:
-                    user = await conn.scalar(sa.text("SELECT current_user"))
-                    raise CortexError(
-                        f"nothing granted: {user} does not own {', '.join(missing)}; {_NOT_OWNER}"
-                    )
-    finally:
-        await engine.dispose()
+async def _grant(url: str, role: str, statements: list[str]) -> list[str]:
+    """Grant ``role`` what cortex needs; who else may create on the search path."""
+    async with _connected(url) as conn:
+        try:
+            async with conn.begin():
+                await _check_grant_target(conn, role)
+                # Only the owner (or a member of it) can grant; a role that
+                # holds the rights already would otherwise be told "granted"
+                # for GRANTs PostgreSQL only warned about.
+                await _require_owner(conn)
+                for statement in statements:
+                    await conn.execute(sa.text(statement))
+                missing = await _not_granted(conn, role)
+        except _NotOwner as exc:
+            missing = exc.tables
+        except sa.exc.DBAPIError as exc:
+            if sqlstate_of(exc) != "42501":  # insufficient_privilege
+                raise
+            missing = list(_GRANTED_TABLES)
+        if missing:
+            user = await conn.scalar(sa.text("SELECT current_user"))
+            raise CortexError(
+                f"nothing granted: {user} does not own {', '.join(missing)}; {_NOT_OWNER}"
+            )
+        return await _column(conn, FOREIGN_CREATORS_SQL)
 
 
 class _NotOwner(Exception):
@@ -412,11 +548,18 @@ def cmd_grant(args: argparse.Namespace) -> int:
     role = _role_name(args.role)
     statements = migrate.grant_sql(role)
     if args.print_only:
-        print(";\n".join(statements) + ";")
+        if args.json:
+            emit_json({"role": role, "statements": statements})
+        else:
+            print(";\n".join(statements) + ";")
         return EXIT_OK
-    asyncio.run(_grant(database_url(args), role, statements))
-    echo(f"granted {role} what the cortex application role needs")
-    _warn_foreign_creators(database_url(args))
+    creators = asyncio.run(_grant(database_url(args), role, statements))
+    if args.json:
+        emit_json({"role": role, "granted": True, "foreign_creators": creators})
+    else:
+        echo(f"granted {role} what the cortex application role needs")
+    if creators:
+        echo(f"cortex: WARNING: {foreign_creators_warning(creators)}", err=True)
     return EXIT_OK
 
 
@@ -477,10 +620,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     up = db_command("upgrade", "upgrade to a revision (default: head)", cmd_upgrade)
-    up.add_argument("revision", nargs="?", default="head")
+    up.add_argument("revision", nargs="?", default="head", help="a revision id, or head")
     _backfill_options(up)
+    up.add_argument("--json", action="store_true", help="the revisions applied, as JSON")
     down = db_command("downgrade", "downgrade to a revision (e.g. -1, base)", cmd_downgrade)
-    down.add_argument("revision")
+    down.add_argument("revision", help="a revision id, -N steps, or base")
+    down.add_argument("--json", action="store_true", help="the revisions undone, as JSON")
     down.add_argument(
         "--allow-data-loss",
         action="store_true",
@@ -490,10 +635,17 @@ def build_parser() -> argparse.ArgumentParser:
         "backfill", "session legacy rows written since the backfill ran (idempotent)", cmd_backfill
     )
     _backfill_options(fill)
-    cur = db_command("current", "the database's revision", cmd_current)
-    cur.add_argument("--json", action="store_true")
+    fill.add_argument("--json", action="store_true", help="the totals, as JSON")
+    cur = db_command("current", "the database's revision, routines and warnings", cmd_current)
+    cur.add_argument("--json", action="store_true", help="the report, as JSON")
+    check = db_command(
+        "check",
+        "exit 0 if the database serves this cortex, 1 if not (naming what is pending)",
+        cmd_check,
+    )
+    check.add_argument("--json", action="store_true", help="the verdict, as JSON")
     hist = db_command("history", "every revision, oldest first", cmd_history)
-    hist.add_argument("--json", action="store_true")
+    hist.add_argument("--json", action="store_true", help="the revisions, as JSON")
     sql = db_command("sql", "print the upgrade as SQL for review (offline)", cmd_sql)
     sql.add_argument("revision", nargs="?", default="head", help="revision or range (a:b)")
     grant = db_command(
@@ -501,6 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grant.add_argument("role", help="the role, as in SQL: app_service, or '\"MixedCase\"'")
     grant.add_argument("--print-only", action="store_true", help="print the SQL, run nothing")
+    grant.add_argument("--json", action="store_true", help="the result (or the SQL), as JSON")
 
     add_session_commands(commands, _Parser, common)
 
@@ -530,6 +683,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (`| head`, `| grep -q`): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except SystemExit as exc:  # --help and --version print, then "exit" 0
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except UsageError as exc:

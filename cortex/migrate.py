@@ -56,6 +56,7 @@ __all__ = [
     "MIGRATION_LOCK_KEY",
     "DataLossRefused",
     "Distribution",
+    "Step",
     "alembic_config",
     "backfill",
     "check_downgrade",
@@ -183,11 +184,14 @@ def upgrade(
     *,
     backfill_batch: int | None = None,
     backfill_rate: float | None = None,
-) -> None:
+) -> list[Step]:
     """Upgrade the database to ``revision`` (advisory-locked; safe to run concurrently).
 
     ``backfill_batch`` (legacy messages per batch) and ``backfill_rate``
     (messages per second at most) tune the backfill revision.
+
+    Returns:
+        The revisions applied, in order, with the seconds each took.
     """
     config = alembic_config(url)
     x = []
@@ -198,10 +202,27 @@ def upgrade(
     if x:
         config.cmd_opts = argparse.Namespace(x=x)  # Alembic reads only .x
     command.upgrade(config, revision)
+    return _steps(config)
 
 
-def downgrade(url: str, revision: str, *, allow_data_loss: bool = False) -> None:
-    """Downgrade the database to ``revision``.
+class Step(NamedTuple):
+    """One revision a run applied or undid: where it went, from where, in how many seconds."""
+
+    revision: str
+    source: str
+    seconds: float
+
+
+def _steps(config: Config) -> list[Step]:
+    """The steps alembic/env.py recorded for this run."""
+    return [
+        Step(step["revision"], step["from"], step["seconds"])
+        for step in config.attributes.get("applied", [])
+    ]
+
+
+def downgrade(url: str, revision: str, *, allow_data_loss: bool = False) -> list[Step]:
+    """Downgrade the database to ``revision``; the steps undone, in order.
 
     Raises:
         DataLossRefused: the steps down would destroy data (each revision's
@@ -213,6 +234,7 @@ def downgrade(url: str, revision: str, *, allow_data_loss: bool = False) -> None
     if not allow_data_loss:
         config.attributes["guard_downgrade_to"] = revision
     command.downgrade(config, revision)
+    return _steps(config)
 
 
 def check_downgrade(conn: Connection, script: ScriptDirectory, target: str) -> None:

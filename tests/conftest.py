@@ -314,6 +314,8 @@ def current_at_head() -> dict[str, object]:
         "revision": SCHEMA_REVISION,
         "expected": SCHEMA_REVISION,
         "up_to_date": True,
+        "serves_this_code": True,
+        "pending": [],
         "distributed": False,
         "distribution": "not distributed (plain PostgreSQL)",
         "routines": wanted_count(),

@@ -50,8 +50,12 @@ def progress(description: str, total: int, *, unit: str = "items") -> Iterator[A
 
     On a terminal: a bar with the rate and the time remaining. Elsewhere: a
     log line at most every :data:`LOG_EVERY` seconds (and at the end) with the
-    count, the rate (units/s) and the estimated time remaining.
+    count, the rate (units/s) and the estimated time remaining. Nothing at
+    all when there is nothing to do (``total`` 0).
     """
+    if total <= 0:
+        yield lambda done: None
+        return
     if sys.stderr.isatty():
         with Progress(
             TextColumn("[bold]{task.description}"),

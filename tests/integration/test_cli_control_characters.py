@@ -165,7 +165,8 @@ def _human(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
     assert main([*argv, "--json"]) == 0
     raw = capsys.readouterr().out
-    assert raw.isascii()  # as before: every non-ASCII character is a JSON escape
+    # Non-ASCII text as is ("é"); every hidden character a JSON escape.
+    assert forbidden(raw) == [], raw
     return json.loads(raw)
 
 

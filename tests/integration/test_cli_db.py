@@ -183,3 +183,104 @@ def test_an_interrupted_downgrade_is_named_until_it_is_run_again(
         blank_db, "SELECT pg_get_indexdef('ix_sessions_tenant_title_trgm'::regclass) AS d"
     )[0]["d"]
     assert "WHERE" not in definition
+
+
+def test_check_gates_a_deploy_on_the_revision(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--database-url", blank_db]
+    assert main([*url, "db", "upgrade", "20261203000018"]) == 0
+    capsys.readouterr()
+    assert main([*url, "db", "check"]) == 1
+    out = capsys.readouterr().out
+    assert "1 revision(s) pending (20261204000019)" in out
+    assert main([*url, "db", "check", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {
+        "revision": "20261203000018",
+        "expected": SCHEMA_REVISION,
+        "serves_this_code": False,
+        "pending": ["20261204000019"],
+    }
+    assert main([*url, "db", "upgrade"]) == 0
+    capsys.readouterr()
+    assert main([*url, "db", "check"]) == 0
+    assert "serves this cortex" in capsys.readouterr().out
+
+
+def test_every_db_command_answers_in_json(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--database-url", blank_db]
+    assert main([*url, "db", "upgrade", "20261202000017", "--json"]) == 0
+    upgraded = json.loads(capsys.readouterr().out)
+    assert [step["revision"] for step in upgraded["applied"]][-2:] == [
+        "20261201000016",
+        "20261202000017",
+    ]
+    assert all(step["seconds"] >= 0 and step["title"] for step in upgraded["applied"])
+    assert upgraded["revision"] == "20261202000017"
+    assert main([*url, "db", "upgrade", "--json"]) == 0
+    assert [s["revision"] for s in json.loads(capsys.readouterr().out)["applied"]] == [
+        "20261203000018",
+        SCHEMA_REVISION,
+    ]
+    assert main([*url, "db", "upgrade", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["applied"] == []
+    assert main([*url, "db", "downgrade", "-1", "--json"]) == 0
+    undone = json.loads(capsys.readouterr().out)
+    assert [(s["revision"], s["to"]) for s in undone["undone"]] == [
+        (SCHEMA_REVISION, "20261203000018")
+    ]
+    assert main([*url, "db", "upgrade"]) == 0
+    out = capsys.readouterr().out
+    assert f"applied {SCHEMA_REVISION} in " in out
+    assert main([*url, "db", "backfill", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["moved"] == 0
+    assert main([*url, "db", "grant", "app_json_role", "--print-only", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["statements"]
+
+
+def test_an_upgrade_without_work_says_so_and_no_notes(
+    blank_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--database-url", blank_db]
+    assert main([*url, "db", "upgrade"]) == 0
+    capsys.readouterr()
+    assert main([*url, "db", "upgrade"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"database is at {SCHEMA_REVISION} (nothing to do)"
+    assert "0/0" not in captured.err
+    assert "note:" not in captured.err
+
+
+def test_a_closed_pipe_ends_the_command_quietly(blank_db: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    assert main(["--database-url", blank_db, "db", "upgrade"]) == 0
+    for command in (["db", "history"], ["db", "current"], ["db", "current", "--json"]):
+        # The reader is gone before the first write (`| grep -q` that matched early).
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "cortex", "--database-url", blank_db, *command],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert done.stderr == "", done.stderr
+        assert done.returncode == 141
+
+
+def test_an_upgrade_as_the_application_role_names_the_owner(
+    database: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", database.app_url, "db", "downgrade", "-1"]) != 0
+    err = capsys.readouterr().err
+    assert "does not own cortex's tables" in err, err
+    assert "42501" not in err

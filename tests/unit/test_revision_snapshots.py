@@ -37,7 +37,7 @@ FROZEN: Final = {
     "backfill_v1.py": "6c4e5e08f166264936c0f24fc74cceb5eba04ee4bc8f58fd1626ad42c839ba15",
     "citus_v1.py": "252b57c811529bb619e090146f6543c835ef98ab94ac54fc8cea248f2f8a7605",
     "ddl_v1.py": "6af81cfd41d41d2b0073fb75d3ad38ee23599055825c497556717de81ada9b12",
-    "progress_v1.py": "caceea5edc3ed8c063bf36caeac33e33ee3bfc1d30afd947bdf7baea4a059d91",
+    "progress_v1.py": "f63d9554aa6808f300d640e73dc96e2d1991d94014ae7b4b905644c22f654f6b",
 }
 
 _LIBRARIES: Final = frozenset({"sqlalchemy", "alembic"})
