@@ -35,6 +35,7 @@ from cortex.errors import (
     InvalidInput,
     NotFound,
     SchemaMismatch,
+    SessionAborted,
 )
 from cortex.scope import Scope, use_scope
 from cortex.store import Store, connect
@@ -57,6 +58,8 @@ EXIT_CODES: Final[tuple[tuple[type[CortexError], int], ...]] = (
     (DatabaseUnavailable, EXIT_UNAVAILABLE),
     (SchemaMismatch, EXIT_SCHEMA),
     (Conflict, EXIT_CONFLICT),
+    # An aborted session refuses an answer as any other stored state would.
+    (SessionAborted, EXIT_CONFLICT),
 )
 
 

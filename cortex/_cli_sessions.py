@@ -53,6 +53,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"total": total, "sessions": [s.model_dump(mode="json") for s in found]})
         return EXIT_OK
+    if not found:
+        say(
+            console(),
+            f"no sessions in {args.scope} match" + (f" ({total} in all)" if total else ""),
+        )
+        return EXIT_OK
     table = Table(
         title=literal(f"sessions in {args.scope} ({len(found)} of {total})"), title_justify="left"
     )
@@ -116,8 +122,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         say(out)
         say(
             out,
-            f"  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}, "
-            f"by {p.author or '-'}): {p.message or '-'}",
+            f"  pending {p.interrupt_id} (asked at seq {p.raised_seq}, {when(p.raised_at)}"
+            + (f", by {p.author}" if p.author else "")
+            + f"): {p.message or '-'}",
         )
         shown: tuple[tuple[str, Any], ...] = (
             ("response schema", p.response_schema),
@@ -201,12 +208,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
         response = json.loads(args.response)
     except ValueError as exc:
         raise UsageError(f"--response: not JSON ({exc})") from None
-    stored = with_store(
-        args,
-        lambda store: store.resume(
-            args.session_id, args.interrupt, response, author=args.author or ""
-        ),
-    )
+
+    async def action(store: Store) -> Message:
+        try:
+            return await store.resume(
+                args.session_id, args.interrupt, response, author=args.author or ""
+            )
+        except NotFound:
+            # Name what is pending, if the session is there at all (else its own NotFound).
+            detail = await store.inspect_session(args.session_id)
+            asked = ", ".join(p.interrupt_id for p in detail.pending) or "none"
+            raise NotFound(
+                f"no pending input {args.interrupt!r} in {args.session_id}; pending: {asked}"
+            ) from None
+
+    stored = with_store(args, action)
     if args.json:
         emit_json(stored.model_dump(mode="json"))
     else:
@@ -216,35 +232,42 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _state_after(args: argparse.Namespace, what: str) -> int:
+def _state_after(args: argparse.Namespace, session: Session | None, absent: str) -> int:
+    """The session as a marker left it, as abort prints it; ``absent`` when there is none yet."""
     if args.json:
-        emit_json({"session_id": args.session_id, "state": what})
+        emit_json(
+            session.model_dump(mode="json")
+            if session is not None
+            else {"id": args.session_id, "state": None, "note": absent}
+        )
     else:
-        say(console(), f"{args.session_id}: {what}")
+        say(console(), f"{args.session_id}: {session.state.value if session else absent}")
     return EXIT_OK
 
 
-def cmd_mark(args: argparse.Namespace) -> int:
-    async def action(store: Store) -> str:
-        await store.mark_interrupted(args.session_id, args.reason)
-        # The session need not exist yet (the marker waits for it).
-        try:
-            return (await store.get_session(args.session_id)).state.value
-        except NotFound:
-            return "marked (no such session yet: the marker waits for it)"
+async def _session_or_none(store: Store, session_id: str) -> Session | None:
+    try:
+        return await store.get_session(session_id)
+    except NotFound:
+        return None
 
-    return _state_after(args, with_store(args, action))
+
+def cmd_mark(args: argparse.Namespace) -> int:
+    async def action(store: Store) -> Session | None:
+        await store.mark_interrupted(args.session_id, args.reason)
+        return await _session_or_none(store, args.session_id)
+
+    # The session need not exist yet: the marker waits for it.
+    found = with_store(args, action)
+    return _state_after(args, found, "marked (no such session yet: the marker waits for it)")
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    async def action(store: Store) -> str:
+    async def action(store: Store) -> Session | None:
         await store.clear_interrupted(args.session_id)
-        try:
-            return (await store.get_session(args.session_id)).state.value
-        except NotFound:
-            return "cleared"
+        return await _session_or_none(store, args.session_id)
 
-    return _state_after(args, with_store(args, action))
+    return _state_after(args, with_store(args, action), "cleared (no such session)")
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
@@ -283,9 +306,11 @@ def add_session_commands(
     listing.add_argument(
         "--search", help="case-insensitive substring of the title or the last message's preview"
     )
-    listing.add_argument("--state", choices=[s.value for s in SessionState])
+    listing.add_argument(
+        "--state", choices=[s.value for s in SessionState], help="only sessions in this state"
+    )
     listing.add_argument("--limit", type=int, default=0, help="1-1000 (default 50)")
-    listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--offset", type=int, default=0, help="skip this many sessions first")
     command("show", "one session: metadata, state, pending inputs with their schemas", cmd_show)
     messages = command("messages", "a session's newest messages, oldest first", cmd_messages)
     messages.add_argument(
@@ -297,7 +322,11 @@ def add_session_commands(
     resume.add_argument("--response", required=True, help="the answer, as JSON")
     resume.add_argument("--author", help="who answers (e.g. ops@acme)")
     mark = command("mark", "mark a session interrupted (e.g. drained for a deploy)", cmd_mark)
-    mark.add_argument("--reason", required=True)
-    command("clear", "clear the interrupt marker", cmd_clear)
+    mark.add_argument("--reason", required=True, help="why, shown to whoever resumes it")
+    command(
+        "clear",
+        "clear the interrupt marker (the messages stay; see Store.clear_messages for those)",
+        cmd_clear,
+    )
     abort = command("abort", "write a durable abort marker", cmd_abort)
-    abort.add_argument("--reason", required=True)
+    abort.add_argument("--reason", required=True, help="why, kept with the marker")

@@ -262,6 +262,34 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             literal(f"aborted -> state {aborted.state.value}, reason {aborted.abort_reason!r}")
         )
 
+        if keep:
+            # A question left waiting, to practise the operator's loop on.
+            with use_scope(users[0]):
+                practice = await store.create_session("billing-bot", title="Refund 77")
+                await store.append_message(
+                    practice.id,
+                    NewMessage(
+                        "assistant",
+                        "A refund of $77 needs a human.",
+                        requested_input=RequestedInput(
+                            interrupt_id="approve-refund",
+                            message="Approve a $77 refund?",
+                            response_schema={
+                                "type": "object",
+                                "properties": {"approved": {"type": "boolean"}},
+                                "required": ["approved"],
+                            },
+                        ),
+                    ),
+                )
+            console.print(
+                literal(
+                    f"left {practice.id} paused in {users[0]} to practise on: cortex sessions"
+                    f" list --state paused --scope {acme}, then show, then resume it"
+                ),
+                soft_wrap=True,
+            )
+
         if not embedded and not keep:
             for tenant in (acme, globex):
                 with use_scope(tenant):
@@ -274,12 +302,15 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
     if embedded and keep:
         from cortex.embedded import data_dir
 
+        # Unwrapped, so a URL or a command copies whole.
         console.print(
             f"The server keeps running. Owner: {owner_url}\nApplication: {app_url}",
             markup=False,
+            soft_wrap=True,
         )
         console.print(
             "Stop it with: cortex demo --stop  "
             f"(it runs pg_ctl -D {data_dir() / 'pgdata'} stop as the server's user)",
             markup=False,
+            soft_wrap=True,
         )

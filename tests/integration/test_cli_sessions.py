@@ -13,6 +13,7 @@ import pytest
 import cortex
 from cortex import NewMessage, RequestedInput, use_scope
 from cortex.cli import (
+    EXIT_CONFLICT,
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     EXIT_SCHEMA,
@@ -120,6 +121,35 @@ def test_the_operators_loop(
     assert main([*url, "sessions", "messages", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
     assert main([*url, "sessions", "export", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
     assert main([*url, "sessions", "mark", sid, "--scope", tenant, "--reason", ""]) in (0, 2)
+
+
+def test_what_an_operator_expects(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 43")
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+    # An unknown interrupt id names the pending ones.
+    wrong = ["--interrupt", "approve", "--response", "true"]
+    assert main([*url, "sessions", "resume", sid, *scope, *wrong]) == EXIT_NOT_FOUND
+    assert "pending: approve-refund" in capsys.readouterr().err
+    # No author, no "by -".
+    assert main([*url, "sessions", "show", sid, *scope]) == 0
+    assert "by -" not in capsys.readouterr().out
+    # An empty listing says so instead of drawing an empty box.
+    assert main([*url, "sessions", "list", "--scope", f"{tenant}/nobody"]) == 0
+    assert capsys.readouterr().out.strip() == f"no sessions in {tenant}/nobody match"
+    # mark, clear and abort answer --json with the session.
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain", "--json"]) == 0
+    marked = json.loads(capsys.readouterr().out)
+    assert (marked["id"], marked["state"]) == (sid, "paused")  # its question still waits
+    assert main([*url, "sessions", "clear", sid, *scope, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == sid
+    assert main([*url, "sessions", "abort", sid, *scope, "--reason", "gone", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "aborted"
+    # Answering an aborted session is a conflict, as other stored state is.
+    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
+    assert main([*url, "sessions", "resume", sid, *scope, *good]) == EXIT_CONFLICT
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +82,24 @@ def test_demo_keep_says_how_to_stop_and_stop_does() -> None:
         out = " ".join(kept.stdout.split())
         assert "Stop it with: cortex demo --stop" in out
         assert (base / "pgdata" / "postmaster.pid").exists()
+        # A paused session is left to practise the operator's loop on.
+        practice = re.search(r"left (ses_\w+) paused in \S+ to practise on: .* --scope (\S+),", out)
+        app_url = re.search(r"Application: (\S+)", out)
+        assert practice is not None, out
+        assert app_url is not None, kept.stdout
+        listed = cortex(
+            "sessions",
+            "list",
+            "--state",
+            "paused",
+            "--scope",
+            practice[2],
+            "--json",
+            "--database-url",
+            app_url[1],
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert practice[1] in [s["id"] for s in json.loads(listed.stdout)["sessions"]]
         stopped = cortex("demo", "--stop")
         assert stopped.returncode == 0, stopped.stderr
         assert "stopped" in stopped.stdout
