@@ -176,7 +176,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         echo(
             f"cortex: note: the search function's owner {owner} bypasses no row-level"
             " security, so a whole-tenant search stays correct but scans the tenant's"
-            " sessions instead of the trigram indexes (README: Deployment roles)",
+            " sessions instead of the trigram indexes (docs/deployment/roles.md)",
             err=True,
         )
     _note_leftovers(url)
