@@ -188,9 +188,9 @@ def test_newcomer_path(migrated: dict[str, str], tmp_path: Path) -> None:
                 return session.id
 
     sid = anyio.run(paused)
-    done = _sh(
-        f"cd {tmp_path}\n" + block("cli"), {"SID": sid, "CORTEX_DATABASE_URL": newcomer["app"]}
-    )
+    script = block("cli")
+    assert f"export CORTEX_DATABASE_URL={APP_URL}\n" in script  # the operator is the app role
+    done = _sh(f"cd {tmp_path}\n" + script.replace(APP_URL, newcomer["app"]), {"SID": sid})
     assert done.returncode == 0, done.stderr
     assert "paused" in done.stdout
     assert '"total": 1' in done.stdout  # the search finds the paused session

@@ -91,6 +91,12 @@ def test_named_docs_blocks_are_readme_copies_or_run() -> None:
     assert set(RUN_ELSEWHERE) | RUN_HERE <= seen
 
 
+def test_the_readme_s_links_lead_somewhere() -> None:
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text()):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
 def test_the_scopes_block_runs() -> None:
     (code,) = [
         c
