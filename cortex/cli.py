@@ -224,11 +224,11 @@ async def _who_may_migrate(url: str) -> str:
     if owner is None:
         return (
             f"{user} may not create tables in schema public: run the first `cortex db upgrade`"
-            " as the role that is to own cortex's tables (README: Deployment roles)"
+            " as the role that is to own cortex's tables (docs/deployment/roles.md)"
         )
     return (
         f"{user} does not own cortex's tables: run `cortex db upgrade` and `downgrade` as"
-        f" their owner, {owner}, or a role that is a member of it (README: Deployment roles)"
+        f" their owner, {owner}, or a role that is a member of it (docs/deployment/roles.md)"
     )
 
 
@@ -269,7 +269,7 @@ def _steps_out(args: argparse.Namespace, steps: list[migrate.Step], verb: str) -
             echo(
                 f"cortex: note: the search function's owner {report.search_owner} bypasses no"
                 " row-level security, so a whole-tenant search stays correct but scans the"
-                " tenant's sessions instead of the trigram indexes (README: Deployment roles)",
+                " tenant's sessions instead of the trigram indexes (docs/deployment/roles.md)",
                 err=True,
             )
     _say_warnings(report)

@@ -1,6 +1,6 @@
 """cortex in FastAPI (and Starlette): a scope dependency and an exception handler.
 
-Needs the ``fastapi`` extra (``pip install 'cortex-sessions[fastapi]'``).
+Needs the ``fastapi`` extra (from a checkout: ``pip install -e '.[fastapi]'``).
 See :mod:`cortex.asgi` for why the dependency must be ``async``.
 """
 
