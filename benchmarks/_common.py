@@ -29,10 +29,10 @@ import asyncpg
 import sqlalchemy as sa
 
 from cortex import ListFilter
-from cortex._db import begin_sql
-from cortex._engine import driver_dsn
-from cortex._executor import compile_statement as cortex_compile
-from cortex._executor import routine_key
+from cortex._db.engine import driver_dsn
+from cortex._db.executor import compile_statement as cortex_compile
+from cortex._db.executor import routine_key
+from cortex._db.transaction import begin_sql
 from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
 from cortex._messages import _append_statement
 from cortex._sessions import (
@@ -166,7 +166,7 @@ class SameSql:
 
     @property
     def append_one_key(self) -> str:
-        """The routine key of the one-message append (cortex._routines): which routine runs it."""
+        """The routine key of the one-message append (cortex._db.routines): which routine runs it."""
         return routine_key(self._append_one[0])
 
     def append_args(self, session_id: uuid.UUID, k: int, text: str) -> list[Any]:

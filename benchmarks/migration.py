@@ -39,7 +39,7 @@ from rich.table import Table
 
 from benchmarks._common import BenchDatabase
 from cortex._backfill import is_valid
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex._progress import progress
 from cortex.migrate import alembic_config
 

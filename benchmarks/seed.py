@@ -70,7 +70,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 
 __all__ = ["ANCHOR", "CHUNK", "main", "seed", "vocabulary"]
 

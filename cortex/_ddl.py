@@ -41,7 +41,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from alembic import context, op
-from cortex._engine import DISTRIBUTED_SQL
+from cortex._db.engine import DISTRIBUTED_SQL
 from cortex.errors import SchemaMismatch, sqlstate_of
 
 __all__ = [

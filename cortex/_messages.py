@@ -16,8 +16,8 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 
-from cortex._db import RetryTransaction
-from cortex._executor import Composite, Row, Tx
+from cortex._db.executor import Composite, Row, Tx
+from cortex._db.transaction import RetryTransaction
 from cortex._filters import depth_class, scope_params, visible
 from cortex._operator import record_inputs
 from cortex._sessions import (
@@ -317,7 +317,7 @@ async def _append_routed(
     n = len(batch.messages)
     if conn.routines is not None and n == 1:
         # Autocommit: both statements in one routine, run on the tenant's
-        # worker (cortex._routines); NeedsTransaction if it is not installed.
+        # worker (cortex._db.routines); NeedsTransaction if it is not installed.
         composite = routed_append(depth_class(scope), with_data, expected)
         values = _row_values(scope, session_id, batch, range(1), digest)
         return (await conn.call(composite, {**bump, **extra, **values})).all()

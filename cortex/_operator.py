@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
-from cortex._executor import Tx
+from cortex._db.executor import Tx
 from cortex._filters import depth_class, path_clause, scope_params, visible
 from cortex._schemas import validate_response
 from cortex._sessions import SESSION_COLUMNS, lock_session_id, row_to_session, select_session

@@ -1,7 +1,7 @@
 """SQL for sessions: insert, select, update, delete, list, count, defaults.
 
 Plain ``async def`` functions taking ``(conn, scope, ...)``. They never commit
-and never open transactions: :func:`cortex._db.run_transaction` owns that.
+and never open transactions: :func:`cortex._db.transaction.run_transaction` owns that.
 Every statement gets its tenant and scope condition from cortex._filters.
 """
 
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from cortex._db import RetryTransaction
-from cortex._executor import Row, Tx
+from cortex._db.executor import Row, Tx
+from cortex._db.transaction import RetryTransaction
 from cortex._filters import (
     FilterShape,
     after_cursor,

@@ -386,7 +386,7 @@ schema_compat = sa.Table(
     metadata,
     # cortex-owned, one row: the oldest code (its SCHEMA_REVISION) that every
     # applied revision serves; written after each upgrade run by alembic/env.py,
-    # read by cortex._engine.check_schema. No tenant data, so no row-level security.
+    # read by cortex._db.engine.check_schema. No tenant data, so no row-level security.
     sa.Column("singleton", sa.Boolean(), nullable=False, server_default=sa.true()),
     sa.Column("oldest_code_revision", sa.Text(), nullable=False),
     sa.PrimaryKeyConstraint("singleton"),

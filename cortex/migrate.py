@@ -44,8 +44,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
 
 from alembic import command, op
-from cortex import _backfill, _ddl, _routines
-from cortex._engine import make_engine, normalise_url
+from cortex import _backfill, _ddl
+from cortex._db import routines as _routines
+from cortex._db.engine import make_engine, normalise_url
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [

@@ -5,7 +5,7 @@ Each method's arguments are validated against their annotated types by
 InvalidInput naming the parameter, before any SQL); the body reads the scope
 from the context, and runs one function of
 ``cortex._sessions``/``cortex._messages`` inside
-:func:`cortex._db.run_transaction`. The store holds only the engine, so one
+:func:`cortex._db.transaction.run_transaction`. The store holds only the engine, so one
 instance is safe to share across concurrent tasks: each call checks out its
 own connection.
 """
@@ -26,12 +26,13 @@ from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from cortex import _messages, _operator, _routines, _sessions
-from cortex._db import run_transaction
-from cortex._engine import check_schema, foreign_creators_warning, make_engine
-from cortex._executor import Routines, Tx
+from cortex import _messages, _operator, _sessions
+from cortex._db import routines as _routines
+from cortex._db.engine import check_schema, foreign_creators_warning, make_engine
+from cortex._db.executor import Routines, Tx
+from cortex._db.snapshot import read_snapshot
+from cortex._db.transaction import run_transaction
 from cortex._messages import SessionHistory
-from cortex._snapshot import read_snapshot
 from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound, translate_errors
 from cortex.ids import new_uuid
@@ -153,7 +154,7 @@ async def open_store(url: str | URL, **pool_options: Any) -> Store:
 
 
 async def _installed_routines(engine: AsyncEngine) -> Routines:
-    """The hot statements' routines in the database (cortex._routines), found once at connect."""
+    """The hot statements' routines in the database (cortex._db.routines), found once at connect."""
     with translate_errors():
         async with engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
@@ -196,8 +197,8 @@ class Store:
         self._engine = engine
         self._bypasses_rls = bypasses_row_level_security
         self._distributed = distributed
-        # One-round-trip routines of the hot statements (cortex._routines); shared
-        # by every call, and one found dropped is removed (cortex._executor.Tx).
+        # One-round-trip routines of the hot statements (cortex._db.routines); shared
+        # by every call, and one found dropped is removed (cortex._db.executor.Tx).
         self._routines: Routines = routines or {}
         # Defaults this store resolved (scope, agent), newest last: most
         # likely still there, so resolving one again looks before it inserts.
@@ -248,7 +249,7 @@ class Store:
         its statements may be a transaction of its own, run through its
         routine in one round trip (when routines are installed).
         """
-        # A search is planned for its own term each time (see cortex._db).
+        # A search is planned for its own term each time (see cortex._db.transaction.begin_sql).
         custom_plans = flt is not None and bool(flt.search)
         routines = self._routines if single and self._routines else None
         return await run_transaction(

@@ -22,9 +22,9 @@ import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, SchemaMismatch, ids, use_scope
-from cortex._executor import compile_statement, routine_key
+from cortex._db.executor import compile_statement, routine_key
+from cortex._db.routines import _definition
 from cortex._filters import FilterShape
-from cortex._routines import _definition
 from cortex._sessions import _page_statement
 from cortex.cli import main
 from cortex.migrate import upgrade

@@ -16,7 +16,7 @@ import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
-from cortex._executor import compile_statement
+from cortex._db.executor import compile_statement
 from tests import plans
 
 pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
@@ -218,7 +218,7 @@ async def test_since_reads_the_tail_not_the_history(
     }
     args = [params[name] if name in params else compiled.fixed[name] for name in compiled.order]
     async with app_conn.transaction():
-        # The binding as cortex sends it (cortex._db), which reaches Citus's workers too.
+        # The binding as cortex sends it (cortex._db.transaction.begin_sql), which reaches Citus's workers too.
         await app_conn.execute(
             f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
         )

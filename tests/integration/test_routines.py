@@ -18,9 +18,9 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
-from cortex._executor import compile_statement
+from cortex._db.executor import compile_statement
+from cortex._db.routines import drop_sql, wanted_count
 from cortex._filters import filter_params, filter_shape
-from cortex._routines import drop_sql, wanted_count
 from cortex._sessions import _page_statement, _select_statement
 from cortex.ids import parse_id
 from cortex.migrate import upgrade
@@ -287,7 +287,7 @@ async def test_a_one_message_append_binds_scalars_a_batch_arrays(
     store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The most frequent append sends no array to unnest (docs/benchmarks.md: about 55 µs less CPU)."""
-    from cortex import _executor
+    from cortex._db import executor as _executor
 
     sent: list[list[Any]] = []
     routine = _executor.Tx._routine

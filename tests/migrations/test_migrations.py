@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 import cortex
 from alembic import command
 from cortex import NewMessage, _backfill, use_scope
-from cortex._engine import SCHEMA_REVISION
+from cortex._db.engine import SCHEMA_REVISION
 from cortex.cli import main
 from cortex.migrate import alembic_config, downgrade, grant_sql, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_database

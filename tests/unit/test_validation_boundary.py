@@ -23,7 +23,7 @@ from cortex import (
     Store,
     use_scope,
 )
-from cortex._engine import make_engine
+from cortex._db.engine import make_engine
 from cortex.ids import format_id, new_uuid
 
 pytestmark = pytest.mark.anyio

@@ -89,12 +89,12 @@ class _Compiled:
     fixed: dict[str, Any]
     # Names the caller must supply.
     required: frozenset[str]
-    # Which installed routine runs this SQL (cortex._routines): a digest of the text.
+    # Which installed routine runs this SQL (cortex._db.routines): a digest of the text.
     key: str
 
 
 def routine_key(sql: str) -> str:
-    """The digest a routine's comment carries for the SQL it runs (cortex._routines)."""
+    """The digest a routine's comment carries for the SQL it runs (cortex._db.routines)."""
     return hashlib.sha256(sql.encode()).hexdigest()[:32]
 
 
@@ -203,7 +203,7 @@ class Tx:
     cost more CPU than PostgreSQL spent running the hot statements.
 
     Inside a transaction (``routines`` None) each statement is sent as it
-    is. In autocommit (``routines`` given, see cortex._db.run_transaction)
+    is. In autocommit (``routines`` given, see cortex._db.transaction.run_transaction)
     each statement is a transaction of its own: its routine when one is
     installed (one round trip), else ``own_transaction`` (BEGIN with the
     binding, the statement, COMMIT).
@@ -257,7 +257,7 @@ class Tx:
         """The rows of the routine installed for ``key``; None if there is none (any more).
 
         A routine dropped by an upgrade since the store looked
-        (cortex._routines.install) did nothing: it is forgotten, and the
+        (cortex._db.routines.install) did nothing: it is forgotten, and the
         caller falls back on a transaction.
         """
         call = None if self.routines is None else self.routines.get(key)

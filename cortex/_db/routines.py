@@ -37,7 +37,7 @@ import asyncpg
 import sqlalchemy as sa
 
 from cortex import _messages, _sessions
-from cortex._executor import Composite, compile_statement, routine_key
+from cortex._db.executor import Composite, compile_statement, routine_key
 from cortex._filters import FilterShape
 from cortex._tables import TENANT_SETTING
 from cortex.errors import SchemaMismatch
@@ -89,7 +89,7 @@ _DEPTHS: Final = (1, 2, 3, 4)
 # page's execution, for the same plan in 39 of 40 page shapes
 # (docs/query-plans.md). The setting lasts for the call only (a function's
 # SET clause), so nothing of it outlives the routine, behind PgBouncer too.
-# Searches are not routines: they keep custom plans (cortex._db.begin_sql).
+# Searches are not routines: they keep custom plans (cortex._db.transaction.begin_sql).
 # Not on Citus: its planner cannot route a statement whose parameters a
 # generic plan leaves open ("could not create distributed plan").
 ROUTINE_SETTINGS: Final = "SET plan_cache_mode = force_generic_plan"
@@ -323,7 +323,7 @@ async def install(
 
     Routines this code does not use (an older release's, or ones whose
     statement no longer prepares against the schema) are dropped; a store
-    that still calls one falls back to a transaction (cortex._executor).
+    that still calls one falls back to a transaction (cortex._db.executor).
     Existing routines with this code's name are kept as they are: the name
     is a digest of the body and the signature. ``roles`` (the application
     roles) get EXECUTE on each. Run as the owner, under the migration lock.
@@ -385,7 +385,7 @@ async def install(
 
 
 async def available(driver: asyncpg.Connection) -> dict[str, str]:
-    """The routines installed: statement key (:func:`cortex._executor.routine_key`) to call SQL.
+    """The routines installed: statement key (:func:`cortex._db.executor.routine_key`) to call SQL.
 
     Only routines cortex's owner made count, and each is called by its
     schema-qualified name, so no function another role planted is ever run.
