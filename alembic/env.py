@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from alembic import context
 from cortex import _ddl
 from cortex._db.engine import make_engine, normalise_url
-from cortex._tables import metadata
+from cortex._sql.tables import metadata
 from cortex.migrate import (
     CITUS_FLOOR,
     MIGRATION_LOCK_KEY,

@@ -33,15 +33,21 @@ from cortex._db.engine import driver_dsn
 from cortex._db.executor import compile_statement as cortex_compile
 from cortex._db.executor import routine_key
 from cortex._db.transaction import begin_sql
-from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
-from cortex._messages import _append_statement
-from cortex._sessions import (
-    _count_statement,
-    _default_statement,
-    _insert_statement,
-    _page_statement,
-    _resolve_insert_statement,
-    scope_columns,
+from cortex._sessions import scope_columns
+from cortex._sql.messages import append_statement
+from cortex._sql.predicates import (
+    cursor_params,
+    depth_class,
+    filter_params,
+    filter_shape,
+    scope_params,
+)
+from cortex._sql.sessions import (
+    count_statement,
+    default_statement,
+    insert_statement,
+    page_statement,
+    resolve_default_insert_statement,
 )
 from cortex.ids import new_uuid
 from cortex.migrate import grant_sql, upgrade
@@ -158,11 +164,11 @@ class SameSql:
         self.floor = floor
         self.scope = scope
         # Compiled once, outside any timing.
-        self._append = compile_statement(_append_statement(depth_class(scope)))
-        self._append_one = compile_statement(_append_statement(depth_class(scope), single=True))
-        self._insert = compile_statement(_insert_statement(False))
-        self._resolve_insert = compile_statement(_resolve_insert_statement())
-        self._resolve_select = compile_statement(_default_statement())
+        self._append = compile_statement(append_statement(depth_class(scope)))
+        self._append_one = compile_statement(append_statement(depth_class(scope), single=True))
+        self._insert = compile_statement(insert_statement(False))
+        self._resolve_insert = compile_statement(resolve_default_insert_statement())
+        self._resolve_select = compile_statement(default_statement())
 
     @property
     def append_one_key(self) -> str:
@@ -267,13 +273,13 @@ def listing_sql(
     shape = filter_shape(scope, flt, distributed=distributed)
     values = {**filter_params(scope, flt), "limit": flt.page_size, "offset": flt.offset}
     if count:
-        stmt: Any = _count_statement(shape)
+        stmt: Any = count_statement(shape)
     elif keyset:
-        stmt = _page_statement(shape, cursor=cursor is not None, offset=False)
+        stmt = page_statement(shape, cursor=cursor is not None, offset=False)
         if cursor is not None:
             values.update(cursor_params(*cursor))
     else:
-        stmt = _page_statement(shape, cursor=False, offset=flt.offset > 0)
+        stmt = page_statement(shape, cursor=False, offset=flt.offset > 0)
     sql, order = compile_statement(stmt)
     return sql, bind(order, values)
 

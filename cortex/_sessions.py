@@ -2,7 +2,7 @@
 
 Plain ``async def`` functions taking ``(conn, scope, ...)``. They never commit
 and never open transactions: :func:`cortex._db.transaction.run_transaction` owns that.
-Every statement gets its tenant and scope condition from cortex._filters.
+Their statements are built in cortex._sql.sessions.
 """
 
 from __future__ import annotations
@@ -10,32 +10,52 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from functools import cache
 from typing import Any, Final
 
 import asyncpg
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, UUID
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from cortex._db.executor import Row, Tx
 from cortex._db.transaction import RetryTransaction
-from cortex._filters import (
+from cortex._sql import sessions as sql
+from cortex._sql.params import (
+    D_DATA,
+    D_PATHS,
+    D_SCOPES,
+    DELETED_SCOPE,
+    LIMIT,
+    LOCK_KEY,
+    NEW_AGENT_ID,
+    NEW_DATA,
+    NEW_IS_DEFAULT,
+    NEW_IS_INTERRUPTED,
+    NEW_KEY,
+    NEW_METADATA,
+    NEW_SCOPE,
+    NEW_SCOPE_DEPTH,
+    NEW_SCOPE_DIGEST,
+    NEW_SCOPE_L2,
+    NEW_SCOPE_L3,
+    NEW_TENANT_ID,
+    NEW_TITLE,
+    OFFSET,
+    SCOPE_TENANT,
+    SEARCH_IDS,
+    SEARCH_PATTERN,
+    TARGET_AGENT_ID,
+    TARGET_ID,
+    TARGET_PATH,
+    TARGET_SCOPE,
+)
+from cortex._sql.predicates import (
     FilterShape,
-    after_cursor,
     cursor_params,
     depth_class,
-    exact_clause,
     filter_params,
     filter_shape,
-    page,
     scope_params,
     searches_tenant,
-    session_predicate,
     tenant_search_statement,
-    visible,
 )
-from cortex._tables import bounded_data, scope_data, session_markers, sessions
 from cortex._validate import decode_json, decode_json_of_strings
 from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
@@ -43,7 +63,6 @@ from cortex.models import MAX_DATA_BYTES, ListFilter, Session, SessionState, fro
 from cortex.scope import Scope
 
 __all__ = [
-    "SESSION_COLUMNS",
     "count_sessions",
     "data_too_large",
     "decode_data",
@@ -56,6 +75,7 @@ __all__ = [
     "resolve_default",
     "resolve_key",
     "row_to_session",
+    "scope_columns",
     "select_by_key",
     "select_page",
     "select_scope_data",
@@ -63,69 +83,6 @@ __all__ = [
     "set_default",
     "update_session",
 ]
-
-# The stored metadata as text: the verbatim JSON (revision 20261201000009),
-# else the jsonb of a row last written before it. Decoded by row_to_session.
-METADATA_TEXT: Final = sa.func.coalesce(
-    sa.cast(sessions.c.metadata_json, sa.Text()), sa.cast(sessions.c.metadata, sa.Text())
-)
-
-# The session's state as read: the documents of the scopes on its path, outer
-# first (ordered by path length, and jsonb_object_agg keeps a key's last
-# value), then its own document over them. One index probe per ancestor on
-# scope_data's primary key; the ancestors are computed from the row's path.
-# The tenant is the bound parameter every statement carries (``scope_tenant``),
-# not the row's column: Citus routes the subquery to the tenant's shard by it,
-# and plans it for every shard without. The built-ins are qualified: another
-# role's overload of generate_series(integer, smallint) or of a polymorphic one
-# would match better than pg_catalog's and run as the reader.
-MERGED_DATA: Final = sa.type_coerce(
-    sa.text(
-        # Most tenants keep no scope state: an uncorrelated EXISTS (one
-        # InitPlan per statement) spares every row the per-row lookup then.
-        "(CASE WHEN EXISTS (SELECT FROM scope_data WHERE tenant_id = :scope_tenant)"
-        " THEN coalesce((SELECT pg_catalog.jsonb_object_agg(e.key, e.value ORDER BY pg_catalog.length(sd.scope))"
-        " FROM scope_data AS sd CROSS JOIN LATERAL pg_catalog.jsonb_each(sd.data) AS e"
-        " WHERE sd.tenant_id = :scope_tenant AND sd.scope = ANY (ARRAY("
-        "SELECT pg_catalog.array_to_string((pg_catalog.string_to_array(sessions.scope, '/'))[1\\:i], '/')"
-        " FROM pg_catalog.generate_series(1, sessions.scope_depth) AS i))), '{}'::jsonb)"
-        " ELSE '{}'::jsonb END"
-        " || coalesce(sessions.data, '{}'::jsonb))::text"
-    ).bindparams(sa.bindparam("scope_tenant", type_=sa.Text())),
-    sa.Text(),
-)
-
-# What a Session is read from; tenant_id, scope_depth and scope_l2 are derived
-# from scope and stay internal.
-SESSION_COLUMNS: Final = (
-    sessions.c.id,
-    sessions.c.agent_id,
-    sessions.c.scope,
-    sessions.c.title,
-    METADATA_TEXT.label("metadata"),
-    sessions.c.message_count,
-    sessions.c.last_message,
-    sessions.c.is_default,
-    sessions.c.backfilled_by,
-    sessions.c.created_at,
-    sessions.c.updated_at,
-    sessions.c.state,
-    sessions.c.pending_count,
-    sessions.c.session_key,
-    MERGED_DATA.label("data"),
-)
-
-# Whether the tenant keeps any scope state: an uncorrelated EXISTS, one
-# InitPlan per statement, on every row of a listing page. Only then does the
-# page read its scopes' documents (select_page). The tenant is the bound
-# parameter, as in MERGED_DATA.
-HAS_SCOPE_STATE: Final = sa.exists().where(
-    scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text())
-)
-
-# For INSERT ... RETURNING on Citus, which refuses a subquery there: the
-# session's own document only; the caller then reads the session back.
-INSERTED_COLUMNS: Final = (sessions.c.id,)
 
 _UQ_DEFAULT: Final = "uq_sessions_default"
 _UQ_KEY: Final = "uq_sessions_key"
@@ -151,7 +108,7 @@ _STATE_OF: Final = {state.value: state for state in SessionState}
 
 
 def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
-    """Build the public model from a row selected with SESSION_COLUMNS.
+    """Build the public model from a row selected with cortex._sql.sessions.SESSION_COLUMNS.
 
     ``data``: the session's state, merged already (a listing's row, whose
     ``data`` column is its own document only: :func:`page_sessions`).
@@ -239,7 +196,7 @@ def _ancestors(path: str) -> list[str]:
 
 
 def page_sessions(rows: list[Row], documents: dict[str, str]) -> list[Session]:
-    """The sessions of a listing page (:func:`_page_statement`), each with its merged state.
+    """The sessions of a listing page (:func:`cortex._sql.sessions.page_statement`), each with its merged state.
 
     ``documents``: the stored text of each scope document on the rows'
     paths (scope path to text). Each is decoded once for the page: a row's
@@ -269,273 +226,15 @@ def page_sessions(rows: list[Row], documents: dict[str, str]) -> list[Session]:
     return out
 
 
-def verbatim_json_param(name: str) -> sa.ColumnElement[Any]:
-    """JSON text bound for a ``json`` column, which stores its input text exactly."""
-    return sa.cast(sa.bindparam(name, type_=sa.Text()), JSON())
-
-
-def _id_param(name: str = "target_id") -> sa.BindParameter[uuid.UUID]:
-    return sa.bindparam(name, type_=UUID(as_uuid=True))
-
-
 def scope_columns(scope: Scope) -> dict[str, Any]:
     """The columns derived from a session's scope, written once at insert."""
     return {
-        "new_tenant_id": scope.tenant,
-        "new_scope": str(scope),
-        "new_scope_depth": scope.depth,
-        "new_scope_l2": scope.prefix(2) if scope.depth >= 2 else None,
-        "new_scope_l3": scope.prefix(3) if scope.depth >= 3 else None,
+        NEW_TENANT_ID: scope.tenant,
+        NEW_SCOPE: str(scope),
+        NEW_SCOPE_DEPTH: scope.depth,
+        NEW_SCOPE_L2: scope.prefix(2) if scope.depth >= 2 else None,
+        NEW_SCOPE_L3: scope.prefix(3) if scope.depth >= 3 else None,
     }
-
-
-def _scope_values() -> dict[str, Any]:
-    return {
-        "tenant_id": sa.bindparam("new_tenant_id", type_=sa.Text()),
-        "scope": sa.bindparam("new_scope", type_=sa.Text()),
-        "scope_depth": sa.bindparam("new_scope_depth", type_=sa.SmallInteger()),
-        "scope_l2": sa.bindparam("new_scope_l2", type_=sa.Text()),
-        "scope_l3": sa.bindparam("new_scope_l3", type_=sa.Text()),
-    }
-
-
-# Statements are built once per shape (functools.cache) and reused with new
-# parameters; see cortex._filters.
-
-
-@cache
-def _insert_statement(caller_chosen_id: bool, distributed: bool = False) -> sa.Insert:
-    values: dict[str, Any] = {
-        "id": _id_param(),
-        "agent_id": sa.bindparam("new_agent_id", type_=sa.Text()),
-        "title": sa.bindparam("new_title", type_=sa.Text()),
-        "metadata_json": verbatim_json_param("new_metadata"),
-        "is_default": sa.bindparam("new_is_default", type_=sa.Boolean()),
-        "session_key": sa.bindparam("new_key", type_=sa.Text()),
-        "data": bounded_data(sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())),
-        "scope_deltas_digest": sa.bindparam("new_scope_digest", type_=BYTEA()),
-        **_scope_values(),
-    }
-    if not caller_chosen_id:
-        # A generated id is a fresh UUIDv7 no marker can name: a plain
-        # INSERT ... VALUES, which Citus routes straight to the tenant's shard.
-        return sa.insert(sessions).values(**values).returning(*_returned(distributed))
-    if distributed:
-        # Whether a marker is parked was read first (_parked_statement), under
-        # the id's lock: a plain INSERT ... VALUES, a router statement, where
-        # Citus would pull an INSERT ... SELECT through the coordinator.
-        values["is_interrupted"] = sa.bindparam("new_is_interrupted", type_=sa.Boolean())
-        return sa.insert(sessions).values(**values).returning(*_returned(distributed))
-    # A marker parked by mark_interrupted before this session existed shows
-    # now, if it was set in this exact scope. INSERT ... SELECT, not a
-    # subquery inside VALUES (which Citus refuses; docs/citus.md).
-    values["is_interrupted"] = _parked_marker()
-    return (
-        sa.insert(sessions)
-        .from_select(list(values), sa.select(*(v.label(k) for k, v in values.items())))
-        .returning(*_returned(distributed))
-    )
-
-
-def _parked_marker() -> sa.Exists:
-    """An interrupt marker parked for the new session's id in its exact scope."""
-    return sa.exists().where(
-        # scope_tenant, the one tenant parameter (the merged state reads by it too).
-        session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        session_markers.c.session_id == _id_param(),
-        session_markers.c.kind == "interrupted",
-        session_markers.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
-    )
-
-
-@cache
-def _parked_statement() -> sa.Select[tuple[bool]]:
-    return sa.select(_parked_marker())
-
-
-@cache
-def _taken_statement() -> sa.Select[*tuple[Any, ...]]:
-    """The session holding a caller-chosen id in this tenant, and whether it is this create's.
-
-    "Same" means the same agent at the same exact scope with the same
-    title, metadata text, default flag, key, state document and scope_data
-    deltas (their digest): what a retry of this very call would have created. Only then is the session returned; it is then
-    visible from the caller's scope anyway.
-    """
-    same = sa.and_(
-        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
-        sessions.c.scope == sa.bindparam("new_scope", type_=sa.Text()),
-        sessions.c.title == sa.bindparam("new_title", type_=sa.Text()),
-        sa.bindparam("new_metadata", type_=sa.Text()) == METADATA_TEXT,
-        sessions.c.is_default == sa.bindparam("new_is_default", type_=sa.Boolean()),
-        sessions.c.session_key.is_not_distinct_from(sa.bindparam("new_key", type_=sa.Text())),
-        sessions.c.data.is_not_distinct_from(
-            sa.cast(sa.bindparam("new_data", type_=sa.Text()), JSONB())
-        ),
-        # The create's scope_data, by digest; NULL: created by a release that kept none.
-        sa.or_(
-            sessions.c.scope_deltas_digest.is_(None),
-            sessions.c.scope_deltas_digest == sa.bindparam("new_scope_digest", type_=BYTEA()),
-        ),
-    )
-    return sa.select(*SESSION_COLUMNS, same.label("same")).where(
-        sessions.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        sessions.c.id == _id_param(),
-    )
-
-
-@cache
-def _select_statement(depth: int, for_update: bool) -> sa.Select[*tuple[Any, ...]]:
-    stmt = sa.select(*SESSION_COLUMNS).where(visible(depth), sessions.c.id == _id_param())
-    return stmt.with_for_update() if for_update else stmt
-
-
-@cache
-def _update_statement(depth: int) -> sa.Update:
-    return (
-        sa.update(sessions)
-        .where(visible(depth), sessions.c.id == _id_param())
-        .values(
-            title=sa.bindparam("new_title", type_=sa.Text()),
-            metadata_json=verbatim_json_param("new_metadata"),
-            # The jsonb copy of a legacy row is superseded: free it.
-            metadata=sa.text("'{}'::jsonb"),
-            # statement_timestamp(), not clock_timestamp(): Citus refuses
-            # VOLATILE functions in an UPDATE of a distributed table.
-            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
-        )
-        .returning(*SESSION_COLUMNS)
-    )
-
-
-@cache
-def _delete_statement(depth: int) -> sa.ClauseElement:
-    return (
-        sa.delete(sessions)
-        .where(visible(depth), sessions.c.id == _id_param())
-        .returning(sessions.c.scope)
-    )
-
-
-@cache
-def _delete_markers_statement() -> sa.Delete:
-    # The session's own markers: those at its scope. A marker another scope
-    # parked for the same id waits for a session of that scope, not this one.
-    return sa.delete(session_markers).where(
-        session_markers.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        session_markers.c.session_id == _id_param(),
-        session_markers.c.scope == sa.bindparam("deleted_scope", type_=sa.Text()),
-    )
-
-
-@cache
-def _page_statement(
-    shape: FilterShape, *, cursor: bool, offset: bool
-) -> sa.Select[*tuple[Any, ...]]:
-    """A listing page: its rows with their own state documents, not merged ones.
-
-    A merged document per row would repeat every ancestor scope's document
-    in every row of the page; :func:`select_page` reads those documents
-    once for the page instead (:func:`_scope_documents_statement`).
-    """
-    stmt = sa.select(
-        *SESSION_COLUMNS[:-1],
-        sa.func.coalesce(sa.cast(sessions.c.data, sa.Text()), sa.literal_column("'{}'")).label(
-            "data"
-        ),
-        HAS_SCOPE_STATE.label("has_scope_state"),
-    ).where(session_predicate(shape))
-    if cursor:
-        stmt = stmt.where(after_cursor())
-    return page(stmt, offset=offset)
-
-
-@cache
-def _scope_documents_statement() -> sa.Select[*tuple[Any, ...]]:
-    """The state documents stored at any of the paths ``d_paths`` (a page's scopes and their ancestors)."""
-    return sa.select(scope_data.c.scope, sa.cast(scope_data.c.data, sa.Text()).label("data")).where(
-        scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        scope_data.c.scope == sa.any_(sa.bindparam("d_paths", type_=ARRAY(sa.Text()))),
-    )
-
-
-@cache
-def _count_statement(shape: FilterShape) -> sa.Select[int]:
-    return sa.select(sa.func.count()).select_from(sessions).where(session_predicate(shape))
-
-
-def _returned(distributed: bool) -> tuple[Any, ...]:
-    """What an INSERT returns: the whole session, or (on Citus) its id to read it back by."""
-    return INSERTED_COLUMNS if distributed else SESSION_COLUMNS
-
-
-@cache
-def _resolve_insert_statement(distributed: bool = False) -> sa.Insert:
-    return (
-        pg_insert(sessions)
-        .values(
-            id=_id_param(),
-            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
-            is_default=sa.true(),
-            **_scope_values(),
-        )
-        .on_conflict_do_nothing(
-            index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
-            index_where=sessions.c.is_default,
-        )
-        .returning(*_returned(distributed))
-    )
-
-
-@cache
-def _resolve_statement() -> sa.CompoundSelect[*tuple[Any, ...]]:
-    """The default of (agent, exact scope), inserted if there is none: one statement (plain PostgreSQL).
-
-    ``found`` reads the default; the INSERT adds one only where ``found`` is
-    empty, and yields to a concurrent winner (``ON CONFLICT DO NOTHING``).
-    Both see the statement's snapshot, so a winner that committed after it
-    began leaves the result empty, and the caller runs again (a new
-    snapshot finds it). Citus cannot route an INSERT ... SELECT from a CTE:
-    there the SELECT and the INSERT are separate statements.
-    """
-    found = (
-        sa.select(*SESSION_COLUMNS)
-        .where(
-            exact_clause(),
-            sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
-            sessions.c.is_default,
-        )
-        .cte("found")
-    )
-    values = {
-        "id": _id_param(),
-        "agent_id": sa.bindparam("new_agent_id", type_=sa.Text()),
-        "is_default": sa.true(),
-        **_scope_values(),
-    }
-    source = sa.select(*(value.label(name) for name, value in values.items())).where(
-        ~sa.exists(sa.select(found.c.id))
-    )
-    inserted = (
-        pg_insert(sessions)
-        .from_select(list(values), source)
-        .on_conflict_do_nothing(
-            index_elements=[sessions.c.tenant_id, sessions.c.agent_id, sessions.c.scope],
-            index_where=sessions.c.is_default,
-        )
-        .returning(*SESSION_COLUMNS)
-        .cte("inserted")
-    )
-    return sa.select(found).union_all(sa.select(inserted))
-
-
-@cache
-def _default_statement() -> sa.Select[*tuple[Any, ...]]:
-    return sa.select(*SESSION_COLUMNS).where(
-        exact_clause(),
-        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
-        sessions.c.is_default,
-    )
 
 
 def _not_found(session_id: uuid.UUID) -> NotFound:
@@ -561,7 +260,7 @@ async def insert_session(
 
     ``distributed`` (Citus): the INSERT returns the id only, and the session
     is read back by a second statement: Citus refuses the merged-state
-    subquery of :data:`SESSION_COLUMNS` inside an INSERT.
+    subquery of :data:`cortex._sql.sessions.SESSION_COLUMNS` inside an INSERT.
 
     ``key``: the host's key for it, unique per (agent, exact scope);
     ``data_json``: its state document as stored (see cortex.models.encode_data).
@@ -587,17 +286,17 @@ async def insert_session(
             (agent, scope) already has a default.
     """
     params = {
-        "target_id": session_id,
-        "new_agent_id": agent_id,
-        "new_title": title,
-        "new_metadata": metadata_json,
-        "new_is_default": is_default,
-        "new_key": key,
-        "new_data": data_json,
+        TARGET_ID: session_id,
+        NEW_AGENT_ID: agent_id,
+        NEW_TITLE: title,
+        NEW_METADATA: metadata_json,
+        NEW_IS_DEFAULT: is_default,
+        NEW_KEY: key,
+        NEW_DATA: data_json,
         # What a retry must match of the scope deltas (deltas_digest).
-        "new_scope_digest": deltas_digest(None, scope_deltas) if caller_chosen_id else None,
+        NEW_SCOPE_DIGEST: deltas_digest(None, scope_deltas) if caller_chosen_id else None,
         # The tenant the merged-state subquery of SESSION_COLUMNS reads by.
-        "scope_tenant": scope.tenant,
+        SCOPE_TENANT: scope.tenant,
         **scope_columns(scope),
     }
     taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
@@ -606,20 +305,20 @@ async def insert_session(
         lookup = {
             k: v
             for k, v in params.items()
-            if k not in ("new_tenant_id", "new_scope_depth", "new_scope_l2", "new_scope_l3")
+            if k not in (NEW_TENANT_ID, NEW_SCOPE_DEPTH, NEW_SCOPE_L2, NEW_SCOPE_L3)
         }
-        existing = (await conn.execute(_taken_statement(), lookup)).first()
+        existing = (await conn.execute(sql.taken_statement(), lookup)).first()
         if existing is not None:
             if existing["same"]:
                 return row_to_session(existing)
             raise Conflict(taken)
         if distributed:
-            parked = {k: params[k] for k in ("scope_tenant", "target_id", "new_scope")}
-            params["new_is_interrupted"] = (
-                await conn.execute(_parked_statement(), parked)
+            parked = {k: params[k] for k in (SCOPE_TENANT, TARGET_ID, NEW_SCOPE)}
+            params[NEW_IS_INTERRUPTED] = (
+                await conn.execute(sql.parked_statement(), parked)
             ).scalar_one()
     try:
-        stmt = _insert_statement(caller_chosen_id, distributed)
+        stmt = sql.insert_statement(caller_chosen_id, distributed)
         row = (await conn.execute(stmt, params)).one()
     except asyncpg.CheckViolationError as exc:
         raise data_too_large(exc) from exc
@@ -656,8 +355,8 @@ async def select_session(
     Raises:
         NotFound: missing or outside the scope (indistinguishable on purpose).
     """
-    stmt = _select_statement(depth_class(scope), for_update)
-    row = (await conn.execute(stmt, {**scope_params(scope), "target_id": session_id})).first()
+    stmt = sql.select_statement(depth_class(scope), for_update)
+    row = (await conn.execute(stmt, {**scope_params(scope), TARGET_ID: session_id})).first()
     if row is None:
         raise _not_found(session_id)
     return row_to_session(row)
@@ -673,11 +372,11 @@ async def update_session(
     """
     params = {
         **scope_params(scope),
-        "target_id": session_id,
-        "new_title": title,
-        "new_metadata": metadata_json,
+        TARGET_ID: session_id,
+        NEW_TITLE: title,
+        NEW_METADATA: metadata_json,
     }
-    row = (await conn.execute(_update_statement(depth_class(scope)), params)).first()
+    row = (await conn.execute(sql.update_statement(depth_class(scope)), params)).first()
     if row is None:
         raise _not_found(session_id)
     return row_to_session(row)
@@ -689,8 +388,8 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
     Raises:
         NotFound: when the session is not visible.
     """
-    params = {**scope_params(scope), "target_id": session_id}
-    deleted = (await conn.execute(_delete_statement(depth_class(scope)), params)).first()
+    params = {**scope_params(scope), TARGET_ID: session_id}
+    deleted = (await conn.execute(sql.delete_statement(depth_class(scope)), params)).first()
     if deleted is None:
         raise _not_found(session_id)
     # Markers have no foreign key (they may be parked before a session
@@ -698,7 +397,7 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
     # mark_interrupted writes its marker only under the session's row lock,
     # which this DELETE holds: it committed before (and is deleted here) or
     # it finds the session gone.
-    await conn.execute(_delete_markers_statement(), {**params, "deleted_scope": deleted.scope})
+    await conn.execute(sql.delete_markers_statement(), {**params, DELETED_SCOPE: deleted.scope})
 
 
 async def select_page(
@@ -713,13 +412,13 @@ async def select_page(
 ) -> list[Session]:
     """One page of the listing, by offset or after a keyset cursor.
 
-    ``distributed``: the tables are distributed (Citus); see cortex._filters.search_clause.
+    ``distributed``: the tables are distributed (Citus); see cortex._sql.predicates.search_clause.
     """
     shape = filter_shape(scope, flt, distributed=distributed)
-    stmt = _page_statement(shape, cursor=after is not None, offset=offset > 0)
-    params = {**await _filter_params(conn, scope, flt, shape), "limit": limit}
+    stmt = sql.page_statement(shape, cursor=after is not None, offset=offset > 0)
+    params = {**await _filter_params(conn, scope, flt, shape), LIMIT: limit}
     if offset > 0:
-        params["offset"] = offset
+        params[OFFSET] = offset
     if after is not None:
         params.update(cursor_params(*after))
     rows = (await conn.execute(stmt, params)).all()
@@ -735,8 +434,8 @@ async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, 
     if not rows or not rows[0]["has_scope_state"]:
         return {}
     paths = sorted({ancestor for row in rows for ancestor in _ancestors(row["scope"])})
-    params = {"scope_tenant": scope.tenant, "d_paths": paths}
-    found = (await conn.execute(_scope_documents_statement(), params)).all()
+    params = {SCOPE_TENANT: scope.tenant, D_PATHS: paths}
+    found = (await conn.execute(sql.scope_documents_statement(), params)).all()
     return {row["scope"]: row["data"] for row in found}
 
 
@@ -746,7 +445,7 @@ async def count_sessions(
     """How many sessions the listing would return without limit or offset."""
     shape = filter_shape(scope, flt, distributed=distributed)
     params = await _filter_params(conn, scope, flt, shape)
-    return int((await conn.execute(_count_statement(shape), params)).scalar_one())
+    return int((await conn.execute(sql.count_statement(shape), params)).scalar_one())
 
 
 async def _filter_params(
@@ -755,9 +454,9 @@ async def _filter_params(
     """The listing's bind values; on Citus, a tenant-wide search's candidates first (one statement)."""
     params = filter_params(scope, flt)
     if shape.distributed and searches_tenant(shape):
-        search = {k: params[k] for k in ("scope_tenant", "search_pattern")}
+        search = {k: params[k] for k in (SCOPE_TENANT, SEARCH_PATTERN)}
         found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
-        params["search_ids"] = found
+        params[SEARCH_IDS] = found
     return params
 
 
@@ -768,7 +467,7 @@ async def resolve_default(
 
     ``known``: the caller has seen this default before, so it most likely
     exists: a plain SELECT first (the cheapest statement, no INSERT set up).
-    Otherwise, on plain PostgreSQL, one statement (:func:`_resolve_statement`)
+    Otherwise, on plain PostgreSQL, one statement (:func:`cortex._sql.sessions.resolve_default_statement`)
     finds the default or inserts it. Its snapshot cannot see a default
     another transaction committed while our INSERT waited on it, so that
     race returns nothing and the call runs again, on a new snapshot that
@@ -778,24 +477,24 @@ async def resolve_default(
     was deleted in between, the call runs again.
     """
     params = {
-        "target_id": new_uuid(),
-        "new_agent_id": agent_id,
+        TARGET_ID: new_uuid(),
+        NEW_AGENT_ID: agent_id,
         **scope_columns(scope),
         **scope_params(scope),
     }
-    lookup = {**scope_params(scope), "new_agent_id": agent_id}
+    lookup = {**scope_params(scope), NEW_AGENT_ID: agent_id}
     if known or distributed:
-        row = (await conn.execute(_default_statement(), lookup)).first()
+        row = (await conn.execute(sql.default_statement(), lookup)).first()
         if row is not None:
             return row_to_session(row)
     if not distributed:
-        row = (await conn.execute(_resolve_statement(), params)).first()
+        row = (await conn.execute(sql.resolve_default_statement(), params)).first()
         if row is None:
             raise RetryTransaction  # a concurrent winner committed after our snapshot
         return row_to_session(row)
-    row = (await conn.execute(_resolve_insert_statement(distributed), params)).first()
+    row = (await conn.execute(sql.resolve_default_insert_statement(distributed), params)).first()
     if row is None or distributed:  # on Citus the INSERT returned the id only
-        row = (await conn.execute(_default_statement(), lookup)).first()
+        row = (await conn.execute(sql.default_statement(), lookup)).first()
     if row is None:
         raise RetryTransaction
     return row_to_session(row)
@@ -807,41 +506,7 @@ async def lock_session_id(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None
     Serialises what a row lock cannot, because the row may not exist yet: a
     create with a caller-chosen id against markers parked for that id.
     """
-    await conn.execute(_lock_statement(), {"lock_key": f"session {scope.tenant} {session_id}"})
-
-
-@cache
-def _lock_statement() -> sa.Select[Any]:
-    key = sa.bindparam("lock_key", type_=sa.Text())
-    # Qualified: the integer seed would match another role's hashtextextended(text, integer).
-    return sa.select(
-        sa.func.pg_catalog.pg_advisory_xact_lock(sa.func.pg_catalog.hashtextextended(key, 0))
-    )
-
-
-@cache
-def _switch_statements(depth: int) -> tuple[sa.Update, sa.Update]:
-    """Demote the current default and promote the target, within one (agent, scope)."""
-    # The target's exact scope by its path alone: visible() already binds the
-    # tenant, and a second tenant parameter (equal at run time) would make
-    # Citus plan the UPDATE for every shard.
-    same_thread = sa.and_(
-        visible(depth),
-        sessions.c.scope == sa.bindparam("target_path", type_=sa.Text()),
-        sessions.c.agent_id == sa.bindparam("target_agent_id", type_=sa.Text()),
-    )
-    demote = (
-        sa.update(sessions)
-        .where(same_thread, sessions.c.is_default, sessions.c.id != _id_param())
-        .values(is_default=False)
-    )
-    promote = (
-        sa.update(sessions)
-        .where(same_thread, sessions.c.id == _id_param())
-        .values(is_default=True)
-        .returning(*SESSION_COLUMNS)
-    )
-    return demote, promote
+    await conn.execute(sql.lock_statement(), {LOCK_KEY: f"session {scope.tenant} {session_id}"})
 
 
 async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
@@ -861,13 +526,13 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
     if target.is_default:
         return target
     key = f"{target.agent_id} {target.scope}"  # agent ids hold no whitespace
-    await conn.execute(_lock_statement(), {"lock_key": key})
-    demote, promote = _switch_statements(depth_class(scope))
+    await conn.execute(sql.lock_statement(), {LOCK_KEY: key})
+    demote, promote = sql.switch_statements(depth_class(scope))
     params = {
         **scope_params(scope),
-        "target_path": str(target.scope),
-        "target_agent_id": target.agent_id,
-        "target_id": session_id,
+        TARGET_PATH: str(target.scope),
+        TARGET_AGENT_ID: target.agent_id,
+        TARGET_ID: session_id,
     }
     await conn.execute(demote, params)
     try:
@@ -882,42 +547,10 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
 # --- host-chosen keys -----------------------------------------------------------
 
 
-@cache
-def _resolve_key_statement(distributed: bool = False) -> sa.Insert:
-    return (
-        pg_insert(sessions)
-        .values(
-            id=_id_param(),
-            agent_id=sa.bindparam("new_agent_id", type_=sa.Text()),
-            session_key=sa.bindparam("new_key", type_=sa.Text()),
-            **_scope_values(),
-        )
-        .on_conflict_do_nothing(
-            index_elements=[
-                sessions.c.tenant_id,
-                sessions.c.agent_id,
-                sessions.c.scope,
-                sessions.c.session_key,
-            ],
-            index_where=sessions.c.session_key.is_not(None),
-        )
-        .returning(*_returned(distributed))
-    )
-
-
-@cache
-def _by_key_statement() -> sa.Select[*tuple[Any, ...]]:
-    return sa.select(*SESSION_COLUMNS).where(
-        exact_clause(),
-        sessions.c.agent_id == sa.bindparam("new_agent_id", type_=sa.Text()),
-        sessions.c.session_key == sa.bindparam("new_key", type_=sa.Text()),
-    )
-
-
 async def select_by_key(conn: Tx, scope: Scope, agent_id: str, key: str) -> Session | None:
     """The session of ``agent_id`` keyed ``key`` at exactly ``scope``, if there is one."""
-    params = {**scope_params(scope), "new_agent_id": agent_id, "new_key": key}
-    row = (await conn.execute(_by_key_statement(), params)).first()
+    params = {**scope_params(scope), NEW_AGENT_ID: agent_id, NEW_KEY: key}
+    row = (await conn.execute(sql.by_key_statement(), params)).first()
     return None if row is None else row_to_session(row)
 
 
@@ -935,17 +568,17 @@ async def resolve_key(
     in between, the transaction runs again.
     """
     params = {
-        "target_id": new_uuid(),
-        "new_agent_id": agent_id,
-        "new_key": key,
-        "scope_tenant": scope.tenant,
+        TARGET_ID: new_uuid(),
+        NEW_AGENT_ID: agent_id,
+        NEW_KEY: key,
+        SCOPE_TENANT: scope.tenant,
         **scope_columns(scope),
     }
     # Most calls find their session: look first, so that costs one statement.
     found = await select_by_key(conn, scope, agent_id, key)
     if found is not None:
         return found
-    row = (await conn.execute(_resolve_key_statement(distributed), params)).first()
+    row = (await conn.execute(sql.resolve_key_statement(distributed), params)).first()
     if row is not None and not distributed:  # on Citus the INSERT returned the id only
         return row_to_session(row)
     found = await select_by_key(conn, scope, agent_id, key)
@@ -955,51 +588,6 @@ async def resolve_key(
 
 
 # --- scope state --------------------------------------------------------------
-
-
-@cache
-def _scope_data_statement() -> sa.Insert:
-    """Merge each delta into its scope's document, if the scope is on the session's path.
-
-    The session row supplies the path: a delta for a scope that is neither
-    the session's nor an ancestor of it (or for a session not visible, which
-    the WHERE on ``sessions`` excludes by tenant and id) inserts nothing, and
-    the caller compares the count. ON CONFLICT takes the scope row's lock,
-    so concurrent deltas to one scope apply one after the other, each on the
-    other's result.
-    """
-    deltas = (
-        sa.func.unnest(
-            sa.bindparam("d_scopes", type_=ARRAY(sa.Text())),
-            sa.bindparam("d_data", type_=ARRAY(sa.Text())),
-        )
-        .table_valued(sa.column("scope", sa.Text()), sa.column("data", sa.Text()), name="delta")
-        .render_derived()
-    )
-    on_path = sa.or_(
-        sessions.c.scope == deltas.c.scope,
-        sa.func.starts_with(sessions.c.scope, deltas.c.scope + "/"),
-    )
-    source = sa.select(
-        sessions.c.tenant_id,
-        deltas.c.scope,
-        sa.cast(deltas.c.data, JSONB()),
-        sa.func.statement_timestamp(),
-    ).where(
-        sessions.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        sessions.c.id == _id_param(),
-        on_path,
-    )
-    stmt = pg_insert(scope_data).from_select(["tenant_id", "scope", "data", "updated_at"], source)
-    return stmt.on_conflict_do_update(
-        index_elements=[scope_data.c.tenant_id, scope_data.c.scope],
-        set_={
-            "data": scope_data.c.data.op("||")(stmt.excluded.data),
-            # The excluded row's time, not a function call: Citus allows only
-            # IMMUTABLE functions in DO UPDATE SET on a distributed table.
-            "updated_at": sa.func.greatest(scope_data.c.updated_at, stmt.excluded.updated_at),
-        },
-    ).returning(scope_data.c.scope)
 
 
 async def merge_scope_data(
@@ -1017,13 +605,13 @@ async def merge_scope_data(
     """
     paths = sorted(deltas)
     params = {
-        "scope_tenant": scope.tenant,
-        "target_id": session_id,
-        "d_scopes": paths,
-        "d_data": [deltas[p] for p in paths],
+        SCOPE_TENANT: scope.tenant,
+        TARGET_ID: session_id,
+        D_SCOPES: paths,
+        D_DATA: [deltas[p] for p in paths],
     }
     try:
-        written = (await conn.execute(_scope_data_statement(), params)).all()
+        written = (await conn.execute(sql.scope_data_statement(), params)).all()
     except asyncpg.CheckViolationError as exc:
         raise data_too_large(exc) from exc
     if len(written) != len(paths):
@@ -1033,16 +621,8 @@ async def merge_scope_data(
         )
 
 
-@cache
-def _get_scope_data_statement() -> sa.Select[*tuple[Any, ...]]:
-    return sa.select(sa.cast(scope_data.c.data, sa.Text()).label("data")).where(
-        scope_data.c.tenant_id == sa.bindparam("scope_tenant", type_=sa.Text()),
-        scope_data.c.scope == sa.bindparam("target_scope", type_=sa.Text()),
-    )
-
-
 async def select_scope_data(conn: Tx, scope: Scope, target: Scope) -> dict[str, Any]:
     """The state document stored at exactly ``target`` ({} if none)."""
-    params = {"scope_tenant": scope.tenant, "target_scope": str(target)}
-    row = (await conn.execute(_get_scope_data_statement(), params)).first()
+    params = {SCOPE_TENANT: scope.tenant, TARGET_SCOPE: str(target)}
+    row = (await conn.execute(sql.get_scope_data_statement(), params)).first()
     return {} if row is None else decode_data(row["data"])

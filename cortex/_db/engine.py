@@ -242,7 +242,7 @@ class SchemaState(NamedTuple):
 
     # The login role is a superuser or BYPASSRLS: the database's second wall protects nothing.
     bypasses_rls: bool
-    # cortex's tables are distributed by Citus (see cortex._filters.search_clause).
+    # cortex's tables are distributed by Citus (see cortex._sql.predicates.search_clause).
     distributed: bool
     # Who could plant objects where this connection's names resolve ("public: PUBLIC").
     foreign_creators: tuple[str, ...] = ()

@@ -10,25 +10,29 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Any, Final
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql import sqltypes
 
+from cortex._sql.params import SCOPE_PARAMS
 from cortex.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from cortex._sql.messages import Composite
 
 __all__ = [
     "SHARED_PARAMS",
-    "Composite",
     "NeedsTransaction",
     "Result",
     "Routines",
     "Row",
     "StatementError",
     "Tx",
+    "compile_composite",
     "compile_statement",
     "routine_key",
 ]
@@ -107,32 +111,6 @@ class NeedsTransaction(Exception):
     """Raised by a call in autocommit whose two statements have no routine: run it in a transaction."""
 
 
-@dataclass(frozen=True, eq=False)  # statements compare by identity (== builds SQL)
-class Composite:
-    """Two statements as one routine: ``first`` (an UPDATE ... RETURNING one row), then ``then``.
-
-    ``fed`` names binds of ``then`` that take a column ``first`` returned
-    (``{"m_seq_0": "message_count"}``); the routine's rows are ``then``'s, or
-    none when ``first`` matched no row.
-    """
-
-    first: sa.ClauseElement
-    then: sa.ClauseElement
-    fed: tuple[tuple[str, str], ...]
-
-    @cached_property
-    def order(self) -> tuple[str, ...]:
-        """The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s."""
-        first = _compile(self.first).order
-        fed = dict(self.fed)
-        rest = [n for n in _compile(self.then).order if n not in first and n not in fed]
-        return (*first, *dict.fromkeys(rest))
-
-    @cached_property
-    def key(self) -> str:
-        return routine_key(f"{_compile(self.first).sql}\n;\n{_compile(self.then).sql}")
-
-
 class _TextBind(sqltypes.Text):
     """A text bind sent as ``$n::TEXT``, where the asyncpg dialect sends every string as varchar.
 
@@ -153,12 +131,12 @@ class _Dialect(pg_asyncpg.PGDialect_asyncpg):
 
 _DIALECT: Final = _Dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
-# Scope bind values (cortex._filters.scope_params) travel together: a shape
+# Scope bind values (cortex._sql.predicates.scope_params) travel together: a shape
 # that needs only the tenant still receives the path and range bounds. Any
 # other key the statement does not bind is a caller's mistake.
-SHARED_PARAMS: Final = frozenset({"scope_tenant", "scope_path", "scope_lo", "scope_hi"})
+SHARED_PARAMS: Final = SCOPE_PARAMS
 
-# Statement shapes are finite (cortex._filters builds them from enums and
+# Statement shapes are finite (cortex._sql.predicates builds them from enums and
 # flags); the bound is a guard against a caller building one per call.
 _CACHE_SIZE: Final = 1024
 
@@ -192,6 +170,25 @@ def _compile(stmt: sa.ClauseElement) -> _Compiled:
 def compile_statement(stmt: sa.ClauseElement) -> _Compiled:
     """A statement shape compiled as :class:`Tx` runs it (cached)."""
     return _compile(stmt)
+
+
+@dataclass(frozen=True)
+class _CompiledComposite:
+    # The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s.
+    order: tuple[str, ...]
+    # Which installed routine runs the two statements (cortex._db.routines).
+    key: str
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def compile_composite(composite: Composite) -> _CompiledComposite:
+    """A two-statement shape compiled as :meth:`Tx.call` runs it (cached)."""
+    first = _compile(composite.first).order
+    fed = dict(composite.fed)
+    rest = [n for n in _compile(composite.then).order if n not in first and n not in fed]
+    order = (*first, *dict.fromkeys(rest))
+    key = routine_key(f"{_compile(composite.first).sql}\n;\n{_compile(composite.then).sql}")
+    return _CompiledComposite(order, key)
 
 
 class Tx:
@@ -282,7 +279,8 @@ class Tx:
             NeedsTransaction: no such routine (any more): nothing ran; the
                 caller runs the two statements in a transaction instead.
         """
-        found = await self._routine(composite.key, [params[name] for name in composite.order])
+        compiled = compile_composite(composite)
+        found = await self._routine(compiled.key, [params[name] for name in compiled.order])
         if found is None:
             raise NeedsTransaction
         return found

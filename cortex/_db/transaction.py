@@ -24,7 +24,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from cortex._db.executor import NeedsTransaction, Routines, Row, Tx
 from cortex._db.pool import checkout, finish, release, run_to_completion
-from cortex._tables import TENANT_SETTING
+from cortex._sql.tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
     CortexError,

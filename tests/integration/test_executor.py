@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import cortex
 from cortex import CortexError, NewMessage, RequestedInput, use_scope
 from cortex._db.executor import StatementError, Tx, _compile
-from cortex._tables import sessions
+from cortex._sql.tables import sessions
 from tests.conftest import Database
 
 _BY_ID = sa.select(sessions.c.id).where(sessions.c.id == sa.bindparam("target_id"))
