@@ -29,11 +29,11 @@ import asyncpg
 import sqlalchemy as sa
 
 from cortex import ListFilter
+from cortex._calls.sessions import scope_columns
 from cortex._db.engine import driver_dsn
 from cortex._db.executor import compile_statement as cortex_compile
 from cortex._db.executor import routine_key
 from cortex._db.transaction import begin_sql
-from cortex._sessions import scope_columns
 from cortex._sql.messages import append_statement
 from cortex._sql.predicates import (
     cursor_params,
@@ -198,7 +198,9 @@ class SameSql:
             "m_payloads": [None] * k,
             "deltas_digest": None,
         }
-        if k == 1:  # cortex binds one message's fields as scalars (cortex._messages._row_values)
+        if (
+            k == 1
+        ):  # cortex binds one message's fields as scalars (cortex._calls.messages._row_values)
             one: dict[str, Any] = {"m_id_0": new_uuid(), "m_role_0": "user", "m_content_0": text}
             one |= {"m_author_0": "", "m_metadata_0": "{}"}
             one |= dict.fromkeys(

@@ -11,7 +11,7 @@ transaction mode stays safe). PL/pgSQL keeps each statement's plan the way a
 prepared statement does.
 
 Nothing here is a second copy of cortex's SQL: every routine's body is the
-compiled text of a statement builder (cortex._sessions, cortex._messages),
+compiled text of a statement builder (cortex._sql.sessions, cortex._sql.messages),
 and its signature is what PostgreSQL reports when it prepares that text. The
 routine's name is a digest of body and signature; its comment is the digest
 of the SQL alone, which is how the store finds it (:func:`available`). A

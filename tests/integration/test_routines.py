@@ -107,7 +107,7 @@ async def test_hot_calls_take_one_round_trip(
     expected = {name: 1 for name in calls} | {"update_session (a transaction)": 3}
     if CITUS_URL is not None:
         # Citus: an INSERT returns the id and the session is read back; an
-        # append is two router statements in a transaction (cortex._messages).
+        # append is two router statements in a transaction (cortex._calls.messages).
         expected |= {"create_session": 2}
     assert counted == expected
 

@@ -254,7 +254,7 @@ async def test_a_task_started_during_a_call_keeps_none_of_its_encoded_texts() ->
     """
     import asyncio
 
-    from cortex import _messages
+    from cortex._calls import messages as _messages
     from cortex._validate import _ENCODED, boundary
 
     seen: dict[str, Any] = {}

@@ -1,4 +1,4 @@
-"""SQL for the operator surface: pending inputs, abort and interrupt markers, inspection.
+"""Calls of the operator surface: pending inputs, abort and interrupt markers, inspection.
 
 Plain ``async def`` functions taking ``(conn, scope, ...)``; no commits; their
 statements are built in cortex._sql.operator. State
@@ -13,9 +13,10 @@ import json
 import uuid
 from typing import Any
 
+from cortex._calls.rows import row_to_pending, row_to_session
+from cortex._calls.sessions import lock_session_id, not_found, select_session
 from cortex._db.executor import Tx
 from cortex._schemas import validate_response
-from cortex._sessions import lock_session_id, row_to_session, select_session
 from cortex._sql import operator as sql
 from cortex._sql.operator import ABORTED, INTERRUPTED, QUESTION_ROWS
 from cortex._sql.params import (
@@ -46,7 +47,6 @@ from cortex.errors import AlreadyAborted, Conflict, NotFound, SessionAborted
 from cortex.ids import SESSION_PREFIX, format_id
 from cortex.models import (
     Message,
-    PendingInput,
     RequestedInput,
     Session,
     SessionDetail,
@@ -151,18 +151,6 @@ async def record_inputs(
     await conn.execute(sql.record_statement(depth_class(scope)), params)
 
 
-def _pending(row: Any) -> PendingInput:
-    return PendingInput.model_construct(
-        interrupt_id=row.interrupt_id,
-        message=row.message,
-        author=row.author,
-        raised_at=row.raised_at,
-        raised_seq=row.raised_seq,
-        response_schema=row.response_schema,
-        payload=row.payload,
-    )
-
-
 async def inspect(conn: Tx, scope: Scope, session_id: uuid.UUID) -> SessionDetail:
     """The session with its state, pending inputs and marker reasons.
 
@@ -178,7 +166,7 @@ async def inspect(conn: Tx, scope: Scope, session_id: uuid.UUID) -> SessionDetai
     pending = (
         []
         if session.state is SessionState.ABORTED
-        else [_pending(row) for row in await conn.execute(sql.pending_statement(), params)]
+        else [row_to_pending(row) for row in await conn.execute(sql.pending_statement(), params)]
     )
     return SessionDetail.model_construct(
         session=session,
@@ -211,7 +199,7 @@ async def abort(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> S
 async def _probe(conn: Tx, scope: Scope, session_id: uuid.UUID, params: dict[str, Any]) -> bool:
     """Serialise marker writes on this id, then say whether a visible session holds it.
 
-    The advisory lock is the one :func:`cortex._sessions.insert_session` takes
+    The advisory lock is the one :func:`cortex._calls.sessions.insert_session` takes
     for a caller-chosen id, so a marker parked while its session is being
     created is seen by the create or sees the session, never neither. The
     probe runs after the lock, so its snapshot includes whatever the lock
@@ -226,12 +214,8 @@ async def _probe(conn: Tx, scope: Scope, session_id: uuid.UUID, params: dict[str
     if row is None:
         return False
     if not row.is_visible:
-        raise _not_found(session_id)
+        raise not_found(session_id)
     return True
-
-
-def _not_found(session_id: uuid.UUID) -> NotFound:
-    return NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
 
 
 async def mark_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID, reason: str) -> None:
@@ -256,7 +240,7 @@ async def mark_interrupted(conn: Tx, scope: Scope, session_id: uuid.UUID, reason
     if await _probe(conn, scope, session_id, params):
         flagged = (await conn.execute(flag, params)).first()
         if flagged is None:  # deleted between the probe and the row lock
-            raise _not_found(session_id)
+            raise not_found(session_id)
         await conn.execute(mark, {**params, REASON: reason, MARKER_SCOPE: flagged.scope})
         return
     parked_params = {**params, REASON: reason, MARKER_SCOPE: str(scope)}

@@ -1,4 +1,4 @@
-"""SQL for sessions: insert, select, update, delete, list, count, defaults.
+"""Calls on sessions: insert, select, update, delete, list, count, defaults.
 
 Plain ``async def`` functions taking ``(conn, scope, ...)``. They never commit
 and never open transactions: :func:`cortex._db.transaction.run_transaction` owns that.
@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from cortex._calls.rows import ancestors, decode_data, page_sessions, row_to_session
 from cortex._db.executor import Row, Tx
 from cortex._db.transaction import RetryTransaction
 from cortex._sql import sessions as sql
@@ -56,25 +57,23 @@ from cortex._sql.predicates import (
     searches_tenant,
     tenant_search_statement,
 )
-from cortex._validate import decode_json, decode_json_of_strings
+from cortex._validate import decode_json_of_strings
 from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
-from cortex.models import MAX_DATA_BYTES, ListFilter, Session, SessionState, from_database
+from cortex.models import MAX_DATA_BYTES, ListFilter, Session
 from cortex.scope import Scope
 
 __all__ = [
     "count_sessions",
     "data_too_large",
-    "decode_data",
     "delete_session",
     "deltas_digest",
     "insert_session",
     "lock_session_id",
     "merge_scope_data",
-    "page_sessions",
+    "not_found",
     "resolve_default",
     "resolve_key",
-    "row_to_session",
     "scope_columns",
     "select_by_key",
     "select_page",
@@ -103,57 +102,12 @@ def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) ->
     return wrote_default if name is None else name == _UQ_DEFAULT
 
 
-# The enum member of each stored state (a lookup: calling the enum costs more).
-_STATE_OF: Final = {state.value: state for state in SessionState}
-
-
-def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
-    """Build the public model from a row selected with cortex._sql.sessions.SESSION_COLUMNS.
-
-    ``data``: the session's state, merged already (a listing's row, whose
-    ``data`` column is its own document only: :func:`page_sessions`).
-
-    The values are written in ``Session``'s field order (a unit test holds
-    the two in step), so the model takes the dict as it is: a page of 100
-    rows spends half as long here as with the fields reordered.
-    """
-    return from_database(
-        Session,
-        {
-            "id": format_id(SESSION_PREFIX, row["id"]),
-            "agent_id": row["agent_id"],
-            "scope": Scope.parse(row["scope"]),
-            "title": row["title"],
-            "metadata": decode_json(row["metadata"]),
-            "message_count": row["message_count"],
-            "last_message": row["last_message"],
-            "is_default": row["is_default"],
-            "backfilled_by": row["backfilled_by"],
-            "state": _STATE_OF[row["state"]],
-            "pending_count": row["pending_count"],
-            "key": row["session_key"],
-            "data": decode_data(row["data"]) if data is None else data,
-            "created_at": row["created_at"],
-            "updated_at": row["updated_at"],
-        },
-        in_field_order=True,
-    )
-
-
 def data_too_large(exc: asyncpg.CheckViolationError) -> InvalidInput:
     """The refusal for a state document the delta would grow past MAX_DATA_BYTES."""
     return InvalidInput(
         f"data: a state document may hold at most {MAX_DATA_BYTES} bytes as stored"
         f" ({constraint_of(exc)})"
     )
-
-
-def decode_data(text: str) -> dict[str, Any]:
-    """A stored state document: each value is the JSON text of the host's value."""
-    if text == "{}":
-        return {}  # most sessions
-    # Its values are JSON strings: only their own texts can hold a number.
-    return {key: decode_json(value) for key, value in decode_json_of_strings(text).items()}
 
 
 def deltas_digest(data_delta: str | None, scope_deltas: dict[str, str] | None = None) -> bytes:
@@ -173,59 +127,6 @@ def deltas_digest(data_delta: str | None, scope_deltas: dict[str, str] | None = 
     return hashlib.sha256(text.encode()).digest()
 
 
-def _jsonb_order(key: str) -> tuple[int, str]:
-    """Where jsonb puts a key: shorter UTF-8 first, then by bytes (code point order is the same)."""
-    return (len(key) if key.isascii() else len(key.encode()), key)
-
-
-def _inherited(path: str, documents: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The documents of the scopes on ``path``, outer first, merged in jsonb's key order."""
-    found = [d for ancestor in _ancestors(path) if (d := documents.get(ancestor))]
-    if len(found) == 1:
-        return found[0]  # decoded from jsonb: already in its order
-    merged: dict[str, Any] = {}
-    for document in found:
-        merged.update(document)
-    return {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
-
-
-def _ancestors(path: str) -> list[str]:
-    """The paths of the scopes on ``path``, outer first, itself last."""
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-def page_sessions(rows: list[Row], documents: dict[str, str]) -> list[Session]:
-    """The sessions of a listing page (:func:`cortex._sql.sessions.page_statement`), each with its merged state.
-
-    ``documents``: the stored text of each scope document on the rows'
-    paths (scope path to text). Each is decoded once for the page: a row's
-    ``data`` is a dict of its own, in the key order a single read gives
-    (jsonb's), whose values from a scope document are the same objects in
-    every row of the page.
-    """
-    if not documents:
-        return [row_to_session(row) for row in rows]
-    decoded = {path: decode_data(text) for path, text in documents.items()}
-    inherited: dict[str, dict[str, Any]] = {}
-    out = []
-    for row in rows:
-        path = row["scope"]
-        base = inherited.get(path)
-        if base is None:
-            base = inherited[path] = _inherited(path, decoded)
-        own = decode_data(row["data"])
-        if not base:
-            data = own
-        elif own.keys() <= base.keys():
-            data = {**base, **own}  # no new key: the base's order holds
-        else:
-            merged = {**base, **own}
-            data = {key: merged[key] for key in sorted(merged, key=_jsonb_order)}
-        out.append(row_to_session(row, data))
-    return out
-
-
 def scope_columns(scope: Scope) -> dict[str, Any]:
     """The columns derived from a session's scope, written once at insert."""
     return {
@@ -237,7 +138,8 @@ def scope_columns(scope: Scope) -> dict[str, Any]:
     }
 
 
-def _not_found(session_id: uuid.UUID) -> NotFound:
+def not_found(session_id: uuid.UUID) -> NotFound:
+    """The refusal for a session that is not visible: missing and out of scope look alike."""
     return NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
 
 
@@ -358,7 +260,7 @@ async def select_session(
     stmt = sql.select_statement(depth_class(scope), for_update)
     row = (await conn.execute(stmt, {**scope_params(scope), TARGET_ID: session_id})).first()
     if row is None:
-        raise _not_found(session_id)
+        raise not_found(session_id)
     return row_to_session(row)
 
 
@@ -378,7 +280,7 @@ async def update_session(
     }
     row = (await conn.execute(sql.update_statement(depth_class(scope)), params)).first()
     if row is None:
-        raise _not_found(session_id)
+        raise not_found(session_id)
     return row_to_session(row)
 
 
@@ -391,7 +293,7 @@ async def delete_session(conn: Tx, scope: Scope, session_id: uuid.UUID) -> None:
     params = {**scope_params(scope), TARGET_ID: session_id}
     deleted = (await conn.execute(sql.delete_statement(depth_class(scope)), params)).first()
     if deleted is None:
-        raise _not_found(session_id)
+        raise not_found(session_id)
     # Markers have no foreign key (they may be parked before a session
     # exists), so they go explicitly, in the same transaction. A concurrent
     # mark_interrupted writes its marker only under the session's row lock,
@@ -433,7 +335,7 @@ async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, 
     """
     if not rows or not rows[0]["has_scope_state"]:
         return {}
-    paths = sorted({ancestor for row in rows for ancestor in _ancestors(row["scope"])})
+    paths = sorted({ancestor for row in rows for ancestor in ancestors(row["scope"])})
     params = {SCOPE_TENANT: scope.tenant, D_PATHS: paths}
     found = (await conn.execute(sql.scope_documents_statement(), params)).all()
     return {row["scope"]: row["data"] for row in found}

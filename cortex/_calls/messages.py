@@ -1,4 +1,4 @@
-"""SQL for messages: the one-statement append and the read by position.
+"""Calls on messages: the one-statement append and the read by position.
 
 Plain ``async def`` functions taking ``(conn, scope, ...)``; no commits.
 Their statements are built in cortex._sql.messages.
@@ -14,16 +14,17 @@ from typing import Any, Final, NamedTuple
 
 import asyncpg
 
-from cortex._db.executor import Row, Tx
-from cortex._db.transaction import RetryTransaction
-from cortex._operator import record_inputs
-from cortex._sessions import (
+from cortex._calls.operator import record_inputs
+from cortex._calls.rows import row_to_message, row_to_session
+from cortex._calls.sessions import (
     data_too_large,
     deltas_digest,
     merge_scope_data,
-    row_to_session,
+    not_found,
     select_session,
 )
+from cortex._db.executor import Row, Tx
+from cortex._db.transaction import RetryTransaction
 from cortex._sql import messages as sql
 from cortex._sql.params import (
     AFTER_SEQ,
@@ -70,8 +71,8 @@ from cortex._sql.params import (
     row_name,
 )
 from cortex._sql.predicates import depth_class, scope_params
-from cortex._validate import decode_json, encode_json, encoded_again
-from cortex.errors import Conflict, InvalidInput, NotFound
+from cortex._validate import encode_json, encoded_again
+from cortex.errors import Conflict, InvalidInput
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
 from cortex.models import (
     MAX_APPEND_BYTES,
@@ -97,43 +98,8 @@ __all__ = [
     "list_messages",
     "pop_message",
     "recent_messages",
-    "row_to_message",
     "select_session_with_messages",
 ]
-
-
-def row_to_message(row: Row, prefix: str = "") -> Message:
-    """Build the public model from a row selected with the message columns.
-
-    ``prefix``: the columns are labelled ``<prefix><name>`` (a join beside
-    another table's columns, as in :func:`select_session_with_messages`).
-    """
-    requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
-    questions = [] if requested is None else [RequestedInput.model_construct(**requested)]
-    answers = [] if response is None else [FunctionResponse.model_construct(**response)]
-    more = row[prefix + "more_requested_inputs"]
-    if more is not None:
-        questions += [RequestedInput.model_construct(**q) for q in more]
-    more = row[prefix + "more_function_responses"]
-    if more is not None:
-        answers += [FunctionResponse.model_construct(**a) for a in more]
-    payload = row[prefix + "payload"]
-    return from_database(
-        Message,
-        {
-            "id": format_id(MESSAGE_PREFIX, row[prefix + "id"]),
-            "session_id": format_id(SESSION_PREFIX, row[prefix + "session_id"]),
-            "seq": row[prefix + "seq"],
-            "role": row[prefix + "role"],
-            "content": row[prefix + "content"],
-            "author": row[prefix + "author"],
-            "requested_inputs": questions,
-            "function_responses": answers,
-            "metadata": decode_json(row[prefix + "metadata"]),
-            "payload": None if payload is None else decode_json(payload),
-            "created_at": row[prefix + "created_at"],
-        },
-    )
 
 
 @dataclass(frozen=True)
@@ -398,7 +364,7 @@ async def append_messages(
 
     ``data_delta`` (the session's state delta as stored) is merged by the
     same statement; ``scope_deltas`` (scope path to delta) right after it,
-    in this transaction (:func:`cortex._sessions.merge_scope_data`). With
+    in this transaction (:func:`cortex._calls.sessions.merge_scope_data`). With
     ``expected_count``, the append happens only if the session still holds
     that many messages.
 
@@ -475,7 +441,7 @@ async def append_messages(
                 f"session {current.id} holds {current.message_count} messages, not"
                 f" {expected_count}: it changed since it was read"
             )
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+        raise not_found(session_id)
     if scope_deltas:
         await merge_scope_data(conn, scope, session_id, scope_deltas)
     appended = _messages_of(
@@ -566,7 +532,7 @@ async def select_session_with_messages(
     params = {**scope_params(scope), TARGET_ID: session_id, LIMIT: limit}
     rows = (await conn.execute(sql.history_statement(depth_class(scope)), params)).all()
     if not rows:
-        raise NotFound(f"session {format_id(SESSION_PREFIX, session_id)} not found")
+        raise not_found(session_id)
     history = [row_to_message(row, "m_") for row in rows if row["m_id"] is not None]
     return SessionHistory(row_to_session(rows[0]), history)
 
