@@ -43,8 +43,8 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
     ``data`` column is its own document only: :func:`page_sessions`).
 
     The values are written in ``Session``'s field order (a unit test holds
-    the two in step), so the model takes the dict as it is: a page of 100
-    rows spends half as long here as with the fields reordered.
+    the two in step), so the model takes the dict without a reordering copy
+    (docs/benchmarks.md).
     """
     return from_database(
         Session,

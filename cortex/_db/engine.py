@@ -34,10 +34,10 @@ __all__ = [
     "normalise_url",
 ]
 
-# The Alembic revision this code reads and writes. A test keeps it equal to the
-# head of alembic/versions.
 log = logging.getLogger("cortex")
 
+# The Alembic revision this code reads and writes. A test keeps it equal to the
+# head of alembic/versions.
 SCHEMA_REVISION: Final = "20261204000019"
 
 

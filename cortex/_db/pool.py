@@ -127,8 +127,7 @@ def _take_idle(pool: Pool) -> PoolProxiedConnection | None:
 
     SQLAlchemy's asyncio pool runs a checkout in a greenlet so that it may
     await the network; taking an open, current connection from its queue
-    never does. Two greenlet hops were a fifth of a call's client CPU
-    (docs/benchmarks.md).
+    never does, so the greenlet's cost is saved (docs/benchmarks.md).
     """
     try:
         return pool.connect()

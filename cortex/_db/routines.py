@@ -77,18 +77,9 @@ WHERE p.pronamespace = 'public'::regnamespace
 _OWN_ROUTINES_SQL: Final = f"SELECT * FROM ({_ROUTINES_SQL}) AS r WHERE r.trusted"
 
 
-# Every routine runs its statement's generic plan, from the first call.
-# PL/pgSQL caches a plan per statement the way a prepared statement does, and
-# PostgreSQL's plan cache keeps planning a statement with ``LIMIT $n`` afresh
-# on every call: the generic plan's cost assumes a tenth of the rows, so it
-# never looks cheaper than a custom plan for 20. At 1,000,000 sessions that
-# custom planning cost 0.37-0.75 ms per listing page, two to four times the
-# page's execution, for the same plan in 39 of 40 page shapes
-# (docs/query-plans.md). The setting lasts for the call only (a function's
-# SET clause), so nothing of it outlives the routine, behind PgBouncer too.
-# Searches are not routines: they keep custom plans (cortex._db.transaction.begin_sql).
-# Not on Citus: its planner cannot route a statement whose parameters a
-# generic plan leaves open ("could not create distributed plan").
+# Generic plans from the first call, because the plan cache re-plans a ``LIMIT $n``
+# statement on every call (docs/query-plans.md, P9); a function's SET lasts for
+# the call only, and Citus cannot route a generic plan, so not there.
 ROUTINE_SETTINGS: Final = "SET plan_cache_mode = force_generic_plan"
 
 

@@ -153,19 +153,10 @@ def begin_sql(scope: Scope, *, custom_plans: bool, snapshot: bool = False) -> st
 
     ``snapshot``: a REPEATABLE READ READ ONLY transaction (cortex._db.snapshot).
     """
-    # One round trip: BEGIN and the tenant binding together (a bind parameter
-    # would need the extended protocol and a second round trip). The tenant
-    # is a validated scope segment ([A-Za-z0-9._:-], no quote), so the
-    # literal cannot break out; quotes are doubled regardless.
-    #
-    # SET LOCAL, not set_config(): on a Citus coordinator,
-    # citus.propagate_set_commands = 'local' makes the coordinator replay the
-    # transaction's SET LOCALs on every worker connection it opens, so the
-    # policies on the shards see the tenant too; set_config() is never
-    # propagated. On plain PostgreSQL citus.* is an unreserved placeholder:
-    # the first SET LOCAL is a no-op there. Both end with the transaction, so
-    # a pooled connection (or a PgBouncer server connection in transaction
-    # mode) never carries a tenant into the next transaction.
+    # A literal, not a bind, keeps it one round trip: the tenant is a validated
+    # scope segment (no quote), and quotes are doubled regardless.
+    # SET LOCAL, not set_config(), because Citus replays SET LOCALs on its worker
+    # connections (docs/citus.md, "The tenant binding"); both end with the transaction.
     tenant = scope.tenant.replace("'", "''")
     begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else "BEGIN"
     sql = (

@@ -232,13 +232,11 @@ def append_statement(
     ``message_count`` it returns numbers the batch, so ``seq`` is gap-free and
     the count equals the rows in every committed state. One round trip: the
     lock is held for one statement plus COMMIT, not across client round trips
-    (postgres-design.md, Q4: 2.5x the throughput of INSERT-then-UPDATE on a
-    hot session). If the session is not visible the UPDATE matches nothing
-    and so does the INSERT.
+    (docs/append-cost.md). If the session is not visible the UPDATE matches
+    nothing and so does the INSERT.
 
-    RETURNING gives back only what the caller lacks (id, seq, created_at):
-    echoing each content back doubled the bytes on the wire and the client's
-    memory for a large batch.
+    RETURNING gives back only what the caller lacks (id, seq, created_at), so
+    a large batch's contents never travel back.
 
     ``with_data``: the same UPDATE merges the session's state delta
     (``data_delta``) into its document, so the state changes in the
@@ -249,8 +247,7 @@ def append_statement(
 
     ``single``: one message, its fields bound as scalars (the names of row 0
     of :func:`insert_rows_statement`) rather than as ten one-element arrays
-    to unnest: the most frequent append, about 55 µs of CPU less on the two
-    sides together (docs/benchmarks.md).
+    to unnest, which costs the most frequent append less CPU (docs/benchmarks.md).
     """
     touched = bump_statement(depth, with_data, expected).cte("touched")
     if single:
@@ -506,12 +503,9 @@ def _since_boundary(depth: int) -> sa.ScalarSelect[Any]:
         .where(visible(depth), sessions.c.id == target_id_param())
         .cte("since_search", recursive=True)
     )
-    # One index probe per step, whatever the statistics say: a scalar
-    # subquery on the work table's own ``mid`` column (arithmetic in the
-    # probe's condition is not leakproof, so under row-level security it was
-    # a filter over the session's whole seq index), in a LATERAL that OFFSET
-    # 0 keeps the planner from flattening (the subquery would run once per
-    # CASE). A missing row (never: seq has no gap) reads as "not later".
+    # One index probe per step: a scalar subquery on the work table's own
+    # ``mid`` (arithmetic in the probe's condition is not leakproof, so row-level
+    # security would make it a filter), in a LATERAL that OFFSET 0 keeps unflattened.
     later = (
         sa.select(messages.c.created_at > since)
         .where(

@@ -88,15 +88,9 @@ METADATA_TEXT: Final = sa.func.coalesce(
     sa.cast(sessions.c.metadata_json, sa.Text()), sa.cast(sessions.c.metadata, sa.Text())
 )
 
-# The session's state as read: the documents of the scopes on its path, outer
-# first (ordered by path length, and jsonb_object_agg keeps a key's last
-# value), then its own document over them. One index probe per ancestor on
-# scope_data's primary key; the ancestors are computed from the row's path.
-# The tenant is the bound parameter every statement carries (``scope_tenant``),
-# not the row's column: Citus routes the subquery to the tenant's shard by it,
-# and plans it for every shard without. The built-ins are qualified: another
-# role's overload of generate_series(integer, smallint) or of a polymorphic one
-# would match better than pg_catalog's and run as the reader.
+# The session's state as read: its scopes' documents, outer first, then its own
+# over them; bound by ``scope_tenant`` (not the row's column) so Citus routes the
+# subquery to one shard, and pg_catalog-qualified so no planted overload runs.
 MERGED_DATA: Final = sa.type_coerce(
     sa.text(
         # Most tenants keep no scope state: an uncorrelated EXISTS (one
