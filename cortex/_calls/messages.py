@@ -533,7 +533,8 @@ async def select_session_with_messages(
     rows = (await conn.execute(sql.history_statement(depth_class(scope)), params)).all()
     if not rows:
         raise not_found(session_id)
-    history = [row_to_message(row, "m_") for row in rows if row["m_id"] is not None]
+    prefix = sql.HISTORY_PREFIX
+    history = [row_to_message(row, prefix) for row in rows if row[f"{prefix}id"] is not None]
     return SessionHistory(row_to_session(rows[0]), history)
 
 

@@ -68,6 +68,7 @@ from cortex._sql.tables import bounded_data, messages, pending_inputs, sessions
 from cortex.models import PREVIEW_LENGTH
 
 __all__ = [
+    "HISTORY_PREFIX",
     "MESSAGE_COLUMNS",
     "METADATA_TEXT",
     "ROUTED_BATCH",
@@ -90,6 +91,9 @@ __all__ = [
 METADATA_TEXT: Final = sa.func.coalesce(
     sa.cast(messages.c.metadata_json, sa.Text()), sa.cast(messages.c.metadata, sa.Text())
 )
+
+# The label prefix of the message columns beside a session's own (history_statement).
+HISTORY_PREFIX: Final = "m_"
 
 MESSAGE_COLUMNS: Final = (
     messages.c.id,
@@ -561,7 +565,7 @@ def history_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
         for column in SESSION_COLUMNS
     ]
     return (
-        sa.select(*columns, *(c.label(f"m_{c.name}") for c in recent.c))
+        sa.select(*columns, *(c.label(f"{HISTORY_PREFIX}{c.name}") for c in recent.c))
         # ON a real condition (implied by the lateral's own), not ON true:
         # Citus refuses an outer join on a constant (PostgreSQL 15 and 16).
         .select_from(sessions.outerjoin(recent, recent.c.session_id == sessions.c.id))
