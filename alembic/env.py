@@ -29,9 +29,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from cortex._engine import make_engine, normalise_url
+from cortex._db.engine import make_engine, normalise_url
 from cortex._revision_helpers import ddl_v1
-from cortex._tables import metadata
+from cortex._sql.tables import metadata
 from cortex.migrate import (
     CITUS_FLOOR,
     MIGRATION_LOCK_KEY,

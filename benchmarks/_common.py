@@ -29,19 +29,25 @@ import asyncpg
 import sqlalchemy as sa
 
 from cortex import ListFilter
-from cortex._db import begin_sql
-from cortex._engine import driver_dsn
-from cortex._executor import compile_statement as cortex_compile
-from cortex._executor import routine_key
-from cortex._filters import cursor_params, depth_class, filter_params, filter_shape, scope_params
-from cortex._messages import _append_statement
-from cortex._sessions import (
-    _count_statement,
-    _default_statement,
-    _insert_statement,
-    _page_statement,
-    _resolve_insert_statement,
-    scope_columns,
+from cortex._calls.sessions import scope_columns
+from cortex._db.engine import driver_dsn
+from cortex._db.executor import compile_statement as cortex_compile
+from cortex._db.executor import routine_key
+from cortex._db.transaction import begin_sql
+from cortex._sql.messages import append_statement
+from cortex._sql.predicates import (
+    cursor_params,
+    depth_class,
+    filter_params,
+    filter_shape,
+    scope_params,
+)
+from cortex._sql.sessions import (
+    count_statement,
+    default_statement,
+    insert_statement,
+    page_statement,
+    resolve_default_insert_statement,
 )
 from cortex.ids import new_uuid
 from cortex.migrate import grant_sql, upgrade
@@ -158,15 +164,15 @@ class SameSql:
         self.floor = floor
         self.scope = scope
         # Compiled once, outside any timing.
-        self._append = compile_statement(_append_statement(depth_class(scope)))
-        self._append_one = compile_statement(_append_statement(depth_class(scope), single=True))
-        self._insert = compile_statement(_insert_statement(False))
-        self._resolve_insert = compile_statement(_resolve_insert_statement())
-        self._resolve_select = compile_statement(_default_statement())
+        self._append = compile_statement(append_statement(depth_class(scope)))
+        self._append_one = compile_statement(append_statement(depth_class(scope), single=True))
+        self._insert = compile_statement(insert_statement(False))
+        self._resolve_insert = compile_statement(resolve_default_insert_statement())
+        self._resolve_select = compile_statement(default_statement())
 
     @property
     def append_one_key(self) -> str:
-        """The routine key of the one-message append (cortex._routines): which routine runs it."""
+        """The routine key of the one-message append (cortex._db.routines): which routine runs it."""
         return routine_key(self._append_one[0])
 
     def append_args(self, session_id: uuid.UUID, k: int, text: str) -> list[Any]:
@@ -192,7 +198,9 @@ class SameSql:
             "m_payloads": [None] * k,
             "deltas_digest": None,
         }
-        if k == 1:  # cortex binds one message's fields as scalars (cortex._messages._row_values)
+        if (
+            k == 1
+        ):  # cortex binds one message's fields as scalars (cortex._calls.messages._row_values)
             one: dict[str, Any] = {"m_id_0": new_uuid(), "m_role_0": "user", "m_content_0": text}
             one |= {"m_author_0": "", "m_metadata_0": "{}"}
             one |= dict.fromkeys(
@@ -267,13 +275,13 @@ def listing_sql(
     shape = filter_shape(scope, flt, distributed=distributed)
     values = {**filter_params(scope, flt), "limit": flt.page_size, "offset": flt.offset}
     if count:
-        stmt: Any = _count_statement(shape)
+        stmt: Any = count_statement(shape)
     elif keyset:
-        stmt = _page_statement(shape, cursor=cursor is not None, offset=False)
+        stmt = page_statement(shape, cursor=cursor is not None, offset=False)
         if cursor is not None:
             values.update(cursor_params(*cursor))
     else:
-        stmt = _page_statement(shape, cursor=False, offset=flt.offset > 0)
+        stmt = page_statement(shape, cursor=False, offset=flt.offset > 0)
     sql, order = compile_statement(stmt)
     return sql, bind(order, values)
 

@@ -57,7 +57,7 @@ from benchmarks.physical import (
 )
 from benchmarks.physical import Params as PhysicalParams
 from cortex import ListFilter, NewMessage, use_scope
-from cortex._executor import routine_key
+from cortex._db.executor import routine_key
 from cortex.ids import parse_id
 from cortex.scope import Scope
 

@@ -41,7 +41,7 @@ from benchmarks._common import (
     timed_workers,
 )
 from benchmarks.append import check_invariants
-from cortex._engine import normalise_url
+from cortex._db.engine import normalise_url
 from cortex.integrations.adk import CortexSessionService
 from cortex.integrations.openai_agents import CortexSession
 

@@ -29,8 +29,8 @@ from benchmarks._common import (
 )
 from benchmarks.seed import seed
 from cortex import ListFilter, SessionState, use_scope
-from cortex._db import begin_sql, run_transaction
-from cortex._sessions import select_page
+from cortex._calls.sessions import select_page
+from cortex._db.transaction import begin_sql, run_transaction
 from cortex.scope import Scope
 
 

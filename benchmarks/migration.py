@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import BenchDatabase
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex._revision_helpers.backfill_v1 import is_valid
 from cortex._revision_helpers.progress_v1 import progress
 from cortex.migrate import alembic_config

@@ -26,7 +26,7 @@ Data shape (the one docs/query-plans.md and the design research use):
 * 20 projects per tenant (``orgN/projM``), 50 users per project
   (``orgN/projM/userK``); depth mix ~2 % tenant-level, ~8 % project-level,
   ~90 % user-level; ``tenant_id``, ``scope``, ``scope_depth``, ``scope_l2``, ``scope_l3``
-  are filled exactly as ``cortex._sessions.scope_columns`` does;
+  are filled exactly as ``cortex._calls.sessions.scope_columns`` does;
 * agents ``agent-0 .. agent-4`` round robin (``n % 5``);
 * ``updated_at`` uniform over the 90 days before ``ANCHOR``, ``created_at``
   0-7 days earlier;
@@ -70,7 +70,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 
 __all__ = ["ANCHOR", "CHUNK", "main", "seed", "vocabulary"]
 

@@ -4,7 +4,7 @@ Everything here is the public contract (docs: shared design contract). Import
 from ``cortex`` only; modules whose names start with ``_`` are private.
 """
 
-from cortex._messages import SessionHistory
+from cortex._calls.messages import SessionHistory
 from cortex._version import __version__ as __version__
 from cortex.errors import (
     AlreadyAborted,

@@ -74,7 +74,7 @@ _CALL_CONFIG: Final = ConfigDict(arbitrary_types_allowed=True)
 # current boundary call, with their UTF-8 sizes, by object (each kept alive here, so its id is not
 # reused). The store serialises some of the same values for storage right
 # after the boundary checked them, before it awaits anything
-# (cortex._messages.encode_batch), and takes the text from here
+# (cortex._calls.messages.encode_batch), and takes the text from here
 # (:func:`encoded_again`) rather than encode a large payload twice. No other
 # task can change a value in between; the caller's own code could (a custom
 # Sequence of messages, a dict subclass that changes the payload while it

@@ -43,7 +43,7 @@ from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from alembic import command
-from cortex import _routines, migrate
+from cortex import migrate
 from cortex._cli_common import (
     ENV_URL,
     EXIT_CODES,
@@ -63,7 +63,8 @@ from cortex._cli_common import (
     literal,
 )
 from cortex._cli_sessions import add_session_commands
-from cortex._engine import (
+from cortex._db import routines as _routines
+from cortex._db.engine import (
     FOREIGN_CREATORS_SQL,
     SCHEMA_REVISION,
     foreign_creators_warning,

@@ -27,7 +27,7 @@ from rich.table import Table
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, Session, SessionState, use_scope
 from cortex._cli_common import literal
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 __all__ = ["run_demo"]

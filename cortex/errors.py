@@ -106,7 +106,7 @@ class OperationTimeout(DatabaseError):
 
 # SQLSTATEs that mean "run the whole transaction again": nothing was written,
 # and a retry sees a newer snapshot (PostgreSQL docs, "Serialization Failure
-# Handling"). Retried by cortex._db.run_transaction, never surfaced raw.
+# Handling"). Retried by cortex._db.transaction.run_transaction, never surfaced raw.
 RETRYABLE_SQLSTATES: Final = frozenset({"40001", "40P01"})
 
 _UNAVAILABLE_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03", "53300"})
@@ -183,7 +183,7 @@ def translate(exc: BaseException) -> CortexError | None:
     cause = exc.__cause__
     if type(exc).__module__.startswith("sqlalchemy.") and cause is not None:
         # SQLAlchemy's DB-API adapter wraps the driver's error (a connect made
-        # through the pool itself, cortex._db): the driver's error decides.
+        # through the pool itself, cortex._db.pool): the driver's error decides.
         return translate(cause)
     return None
 

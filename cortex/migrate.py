@@ -44,8 +44,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_only
 
 from alembic import command
-from cortex import _routines
-from cortex._engine import make_engine, normalise_url
+from cortex._db import routines as _routines
+from cortex._db.engine import make_engine, normalise_url
 from cortex._revision_helpers import backfill_v1, ddl_v1
 from cortex._revision_helpers.citus_v1 import CITUS_FLOOR, distribute_tables_sql
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
@@ -400,7 +400,7 @@ def grant_sql(role: str) -> list[str]:
     if _ROLE.fullmatch(role) is None:
         raise InvalidInput(f"role: {role!r} is not a plain SQL identifier")
     grants = [f'GRANT {privileges} ON {target} TO "{role}"' for privileges, target in _GRANTS]
-    # The hot statements' routines (cortex._routines), whichever are installed.
+    # The hot statements' routines (cortex._db.routines), whichever are installed.
     return [*grants, _routines.grant_sql(role)]
 
 
@@ -428,7 +428,7 @@ def install_routines(connection: Connection, script: ScriptDirectory) -> None:
     """After every migration run: this code's routines at the head, none below it.
 
     At the head, the hot statements become one-round-trip routines
-    (cortex._routines), each granted to every application role. Below it
+    (cortex._db.routines), each granted to every application role. Below it
     (after a downgrade) this code's statements may not fit the schema, so
     every routine is dropped; stores then run each call in a transaction.
     On Citus each is distributed by its tenant argument, so a call runs on

@@ -393,7 +393,7 @@ def from_database(
     50 sessions spent more time in ``model_construct`` than in PostgreSQL. A
     model with private attributes (an ADK ``Session``) gets ``private``, which
     must name every one. ``in_field_order``: the caller built ``values`` in
-    the model's field order (a listing's rows, cortex._sessions.row_to_session),
+    the model's field order (a listing's rows, cortex._calls.rows.row_to_session),
     so they are taken as they are. Unit tests keep the result identical to
     ``model_construct``'s, for cortex's models and for ADK's session.
     """

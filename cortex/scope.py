@@ -29,7 +29,7 @@ MAX_DEPTH: Final = 8
 MAX_SEGMENT_LENGTH: Final = 64
 SEPARATOR: Final = "/"
 
-# "/" never appears inside a segment: the subtree predicate in cortex._filters
+# "/" never appears inside a segment: the subtree predicate in cortex._sql.predicates
 # relies on it to match whole segments only (``acme`` never sees ``acme-corp``).
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 

@@ -4,8 +4,8 @@ Each method's arguments are validated against their annotated types by
 :func:`cortex._validate.boundary` before its body runs (a refusal is
 InvalidInput naming the parameter, before any SQL); the body reads the scope
 from the context, and runs one function of
-``cortex._sessions``/``cortex._messages`` inside
-:func:`cortex._db.run_transaction`. The store holds only the engine, so one
+``cortex._calls.sessions``, ``cortex._calls.messages`` or ``cortex._calls.operator`` inside
+:func:`cortex._db.transaction.run_transaction`. The store holds only the engine, so one
 instance is safe to share across concurrent tasks: each call checks out its
 own connection.
 """
@@ -26,12 +26,16 @@ from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from cortex import _messages, _operator, _routines, _sessions
-from cortex._db import run_transaction
-from cortex._engine import check_schema, foreign_creators_warning, make_engine
-from cortex._executor import Routines, Tx
-from cortex._messages import SessionHistory
-from cortex._snapshot import read_snapshot
+from cortex._calls import messages as message_calls
+from cortex._calls import operator as operator_calls
+from cortex._calls import sessions as session_calls
+from cortex._calls.messages import SEQ_END, SessionHistory
+from cortex._calls.sessions import not_found
+from cortex._db import routines as _routines
+from cortex._db.engine import check_schema, foreign_creators_warning, make_engine
+from cortex._db.executor import Routines, Tx
+from cortex._db.snapshot import read_snapshot
+from cortex._db.transaction import run_transaction
 from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import InvalidInput, NotFound, translate_errors
 from cortex.ids import new_uuid
@@ -153,7 +157,7 @@ async def open_store(url: str | URL, **pool_options: Any) -> Store:
 
 
 async def _installed_routines(engine: AsyncEngine) -> Routines:
-    """The hot statements' routines in the database (cortex._routines), found once at connect."""
+    """The hot statements' routines in the database (cortex._db.routines), found once at connect."""
     with translate_errors():
         async with engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
@@ -162,7 +166,7 @@ async def _installed_routines(engine: AsyncEngine) -> Routines:
             return await _routines.available(driver)
 
 
-def _sid(session_id: str, field: str = "session_id") -> uuid.UUID:
+def _parse_session_id(session_id: str, field: str = "session_id") -> uuid.UUID:
     # Validated by the boundary, whose parse is cached: this only looks it up.
     try:
         return session_uuid(session_id)
@@ -196,8 +200,8 @@ class Store:
         self._engine = engine
         self._bypasses_rls = bypasses_row_level_security
         self._distributed = distributed
-        # One-round-trip routines of the hot statements (cortex._routines); shared
-        # by every call, and one found dropped is removed (cortex._executor.Tx).
+        # One-round-trip routines of the hot statements (cortex._db.routines); shared
+        # by every call, and one found dropped is removed (cortex._db.executor.Tx).
         self._routines: Routines = routines or {}
         # Defaults this store resolved (scope, agent), newest last: most
         # likely still there, so resolving one again looks before it inserts.
@@ -248,7 +252,7 @@ class Store:
         its statements may be a transaction of its own, run through its
         routine in one round trip (when routines are installed).
         """
-        # A search is planned for its own term each time (see cortex._db).
+        # A search is planned for its own term each time (see cortex._db.transaction.begin_sql).
         custom_plans = flt is not None and bool(flt.search)
         routines = self._routines if single and self._routines else None
         return await run_transaction(
@@ -302,11 +306,11 @@ class Store:
         """
         scope = current_scope()
         metadata_json = encode_json(metadata or {}, MAX_JSON_BYTES)
-        sid = new_uuid() if session_id is None else _sid(session_id)
+        sid = new_uuid() if session_id is None else _parse_session_id(session_id)
         data_json, deltas = _data_json(data), _scope_deltas(scope_data)
 
         async def body(conn: Tx) -> Session:
-            return await _sessions.insert_session(
+            return await session_calls.insert_session(
                 conn,
                 scope,
                 session_id=sid,
@@ -337,7 +341,7 @@ class Store:
         scope = current_scope()
 
         async def body(conn: Tx) -> Session:
-            session = await _sessions.select_by_key(conn, scope, agent_id, key)
+            session = await session_calls.select_by_key(conn, scope, agent_id, key)
             if session is None:
                 raise NotFound(f"no session of agent {agent_id!r} keyed {key!r} in {scope}")
             return session
@@ -359,7 +363,9 @@ class Store:
         target = bound if scope is None else Scope.parse(scope)
         if not (target.contains(bound) or bound.contains(target)):
             raise InvalidInput(f"scope: {target} is neither above nor beneath {bound}")
-        return await self._run(bound, lambda conn: _sessions.select_scope_data(conn, bound, target))
+        return await self._run(
+            bound, lambda conn: session_calls.select_scope_data(conn, bound, target)
+        )
 
     @boundary
     async def get_session(self, session_id: SessionId) -> Session:
@@ -369,9 +375,9 @@ class Store:
             NotFound: missing, or outside the current scope.
             InvalidInput: a malformed id.
         """
-        scope, sid = current_scope(), _sid(session_id)
+        scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(
-            scope, lambda conn: _sessions.select_session(conn, scope, sid), single=True
+            scope, lambda conn: session_calls.select_session(conn, scope, sid), single=True
         )
 
     @boundary
@@ -387,11 +393,11 @@ class Store:
             NotFound: the session is not visible.
             InvalidInput: a limit is broken; nothing is written.
         """
-        scope, sid = current_scope(), _sid(session.id, "session.id")
+        scope, sid = current_scope(), _parse_session_id(session.id, "session.id")
         metadata_json = encode_json(session.metadata, MAX_JSON_BYTES)
         return await self._run(
             scope,
-            lambda conn: _sessions.update_session(
+            lambda conn: session_calls.update_session(
                 conn, scope, sid, title=session.title, metadata_json=metadata_json
             ),
         )
@@ -403,8 +409,8 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        await self._run(scope, lambda conn: _sessions.delete_session(conn, scope, sid))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        await self._run(scope, lambda conn: session_calls.delete_session(conn, scope, sid))
 
     @boundary
     async def list_sessions(self, filter: Filter = None) -> list[Session]:
@@ -416,7 +422,7 @@ class Store:
         scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope,
-            lambda conn: _sessions.select_page(
+            lambda conn: session_calls.select_page(
                 conn,
                 scope,
                 flt,
@@ -434,7 +440,9 @@ class Store:
         scope, flt = current_scope(), filter or ListFilter()
         return await self._run(
             scope,
-            lambda conn: _sessions.count_sessions(conn, scope, flt, distributed=self._distributed),
+            lambda conn: session_calls.count_sessions(
+                conn, scope, flt, distributed=self._distributed
+            ),
             flt=flt,
             single=True,
         )
@@ -476,7 +484,7 @@ class Store:
             while True:
                 batch = await snap.run(
                     partial(
-                        _sessions.select_page,
+                        session_calls.select_page,
                         scope=scope,
                         flt=flt,
                         limit=flt.page_size,
@@ -489,7 +497,7 @@ class Store:
                 if len(batch) < flt.page_size:
                     return
                 last = batch[-1]
-                after = (last.updated_at, _sid(last.id))
+                after = (last.updated_at, _parse_session_id(last.id))
 
     @boundary
     async def resolve_session(
@@ -517,7 +525,7 @@ class Store:
                 raise InvalidInput("key: give a session id or a key, not both")
             return await self._run(
                 scope,
-                lambda conn: _sessions.resolve_key(
+                lambda conn: session_calls.resolve_key(
                     conn, scope, agent_id, key, distributed=self._distributed
                 ),
                 single=True,
@@ -526,7 +534,7 @@ class Store:
             pair = (str(scope), agent_id)
             found = await self._run(
                 scope,
-                lambda conn: _sessions.resolve_default(
+                lambda conn: session_calls.resolve_default(
                     conn,
                     scope,
                     agent_id,
@@ -540,12 +548,12 @@ class Store:
             if len(self._known_defaults) > _KNOWN_DEFAULTS:
                 self._known_defaults.popitem(last=False)
             return found
-        sid = _sid(session_id)
+        sid = _parse_session_id(session_id)
         session = await self._run(
-            scope, lambda conn: _sessions.select_session(conn, scope, sid), single=True
+            scope, lambda conn: session_calls.select_session(conn, scope, sid), single=True
         )
         if session.agent_id != agent_id:
-            raise NotFound(f"session {session_id} not found")
+            raise not_found(sid)
         return session
 
     @boundary
@@ -558,8 +566,8 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _sessions.set_default(conn, scope, sid))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(scope, lambda conn: session_calls.set_default(conn, scope, sid))
 
     # --- messages -------------------------------------------------------------
 
@@ -615,12 +623,12 @@ class Store:
         expected_count: Seq | None,
     ) -> list[Message]:
         """:meth:`append_messages` past the boundary's validation (its arguments are checked)."""
-        scope, sid = current_scope(), _sid(session_id)
-        batch = _messages.encode_batch(messages)
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        batch = message_calls.encode_batch(messages)
         data_delta, deltas = _data_json(data), _scope_deltas(scope_data)
         return await self._run(
             scope,
-            lambda conn: _messages.append_messages(
+            lambda conn: message_calls.append_messages(
                 conn,
                 scope,
                 sid,
@@ -633,7 +641,7 @@ class Store:
             # On Citus a one-message append is one routine too (two router
             # statements inside it); a larger batch is a transaction there.
             single=deltas is None
-            and _messages.appends_in_one_statement(batch)
+            and message_calls.appends_in_one_statement(batch)
             and (not self._distributed or len(batch.messages) == 1),
         )
 
@@ -664,12 +672,12 @@ class Store:
             InvalidInput: ``after_seq`` outside 0 to 2**31 - 1, ``limit`` out
                 of range, or ``since`` naive.
         """
-        scope, sid = current_scope(), _sid(session_id)
+        scope, sid = current_scope(), _parse_session_id(session_id)
         if since is not None and since.utcoffset() is None:
             raise InvalidInput("since: a tz-aware datetime, got a naive one")
         return await self._run(
             scope,
-            lambda conn: _messages.list_messages(
+            lambda conn: message_calls.list_messages(
                 conn, scope, sid, after_seq=after_seq, limit=limit, since=since
             ),
             single=True,
@@ -688,10 +696,10 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _sid(session_id)
+        scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(
             scope,
-            lambda conn: _messages.pop_message(conn, scope, sid, distributed=self._distributed),
+            lambda conn: message_calls.pop_message(conn, scope, sid, distributed=self._distributed),
         )
 
     @boundary
@@ -705,8 +713,8 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _messages.clear_messages(conn, scope, sid))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(scope, lambda conn: message_calls.clear_messages(conn, scope, sid))
 
     @boundary
     async def recent_messages(
@@ -727,11 +735,13 @@ class Store:
             NotFound: the session is not visible.
             InvalidInput: ``limit`` out of range, or ``before_seq`` not 1 to 2**31-1.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        bound = _messages.SEQ_END if before_seq is None else before_seq
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        bound = SEQ_END if before_seq is None else before_seq
         return await self._run(
             scope,
-            lambda conn: _messages.recent_messages(conn, scope, sid, before_seq=bound, limit=limit),
+            lambda conn: message_calls.recent_messages(
+                conn, scope, sid, before_seq=bound, limit=limit
+            ),
             single=True,
         )
 
@@ -749,10 +759,10 @@ class Store:
             NotFound: the session is not visible.
             InvalidInput: ``limit`` out of range (1-1000).
         """
-        scope, sid = current_scope(), _sid(session_id)
+        scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(
             scope,
-            lambda conn: _messages.select_session_with_messages(conn, scope, sid, limit=limit),
+            lambda conn: message_calls.select_session_with_messages(conn, scope, sid, limit=limit),
             single=True,
         )
 
@@ -767,8 +777,8 @@ class Store:
         Raises:
             NotFound: the session is not visible.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _operator.inspect(conn, scope, sid))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(scope, lambda conn: operator_calls.inspect(conn, scope, sid))
 
     @boundary
     async def abort_session(self, session_id: SessionId, reason: Reason) -> Session:
@@ -779,8 +789,8 @@ class Store:
             AlreadyAborted: it was aborted before.
             InvalidInput: ``reason`` breaks a limit.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        return await self._run(scope, lambda conn: _operator.abort(conn, scope, sid, reason))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(scope, lambda conn: operator_calls.abort(conn, scope, sid, reason))
 
     @boundary
     async def resume(
@@ -804,27 +814,27 @@ class Store:
             InvalidInput: ``response`` fails the response schema (naming the
                 failing path) or breaks a limit.
         """
-        scope, sid = current_scope(), _sid(session_id)
+        scope, sid = current_scope(), _parse_session_id(session_id)
         answer = NewMessage(
             "user",
             author=author,
             function_response=FunctionResponse(id=interrupt_id, response=response),
         )
-        batch = _messages.encode_batch([answer])
+        batch = message_calls.encode_batch([answer])
 
         # The answer is checked against its schemas before the session's row
         # lock is taken, with no transaction open: however long validation
         # takes (bounded by cortex._schemas), it holds nothing anyone waits on.
         schemas = await self._run(
-            scope, lambda conn: _operator.pending_schemas(conn, scope, sid, interrupt_id)
+            scope, lambda conn: operator_calls.pending_schemas(conn, scope, sid, interrupt_id)
         )
-        _operator.check_answer(response, schemas)
+        operator_calls.check_answer(response, schemas)
 
         async def body(conn: Tx) -> Message:
-            await _operator.check_resumable(
+            await operator_calls.check_resumable(
                 conn, scope, sid, interrupt_id, response, checked=schemas
             )
-            (stored,) = await _messages.append_messages(
+            (stored,) = await message_calls.append_messages(
                 conn, scope, sid, batch, distributed=self._distributed
             )
             return stored
@@ -848,8 +858,10 @@ class Store:
                 marker for it.
             InvalidInput: ``reason`` breaks a limit or the id is malformed.
         """
-        scope, sid = current_scope(), _sid(session_id)
-        await self._run(scope, lambda conn: _operator.mark_interrupted(conn, scope, sid, reason))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        await self._run(
+            scope, lambda conn: operator_calls.mark_interrupted(conn, scope, sid, reason)
+        )
 
     @boundary
     async def clear_interrupted(self, session_id: SessionId) -> None:
@@ -859,5 +871,5 @@ class Store:
             NotFound: a session with this id exists, but not in this scope or
                 beneath it (nothing is changed).
         """
-        scope, sid = current_scope(), _sid(session_id)
-        await self._run(scope, lambda conn: _operator.clear_interrupted(conn, scope, sid))
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        await self._run(scope, lambda conn: operator_calls.clear_interrupted(conn, scope, sid))

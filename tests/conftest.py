@@ -40,7 +40,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import cortex
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 
 _LOCAL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -307,8 +307,8 @@ async def app_conn(database: Database) -> AsyncIterator[asyncpg.Connection]:
 
 def current_at_head() -> dict[str, object]:
     """What ``cortex db current --json`` says of a plain database at this code's head."""
-    from cortex._engine import SCHEMA_REVISION
-    from cortex._routines import wanted_count
+    from cortex._db.engine import SCHEMA_REVISION
+    from cortex._db.routines import wanted_count
 
     return {
         "revision": SCHEMA_REVISION,
@@ -327,10 +327,10 @@ def current_at_head() -> dict[str, object]:
 
 @pytest.fixture
 def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The functions cortex._db runs through ``greenlet_spawn``, by name, in call order."""
+    """The functions cortex._db.pool runs through ``greenlet_spawn``, by name, in call order."""
     from sqlalchemy.util import greenlet_spawn
 
-    from cortex import _db
+    from cortex._db import pool
 
     seen: list[str] = []
 
@@ -338,5 +338,5 @@ def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(getattr(fn, "__name__", repr(fn)))
         return await greenlet_spawn(fn, *args, **kwargs)
 
-    monkeypatch.setattr(_db, "greenlet_spawn", counted)
+    monkeypatch.setattr(pool, "greenlet_spawn", counted)
     return seen

@@ -7,8 +7,8 @@ from typing import Any
 
 import asyncpg
 
-from cortex._db import begin_sql
-from cortex._executor import Tx
+from cortex._db.executor import Tx
+from cortex._db.transaction import begin_sql
 from cortex.scope import Scope
 
 

@@ -54,15 +54,15 @@ async def explain_page(
     """A listing page's rows and its ``EXPLAIN (ANALYZE)`` plan, as the application role.
 
     Under the plan the store runs: on plain PostgreSQL the routines' generic
-    plan (cortex._routines.ROUTINE_SETTINGS); on Citus the workers' own.
+    plan (cortex._db.routines.ROUTINE_SETTINGS); on Citus the workers' own.
     """
-    from cortex._executor import compile_statement
-    from cortex._filters import filter_params, filter_shape
-    from cortex._sessions import _page_statement
+    from cortex._db.executor import compile_statement
+    from cortex._sql.predicates import filter_params, filter_shape
+    from cortex._sql.sessions import page_statement
     from tests.conftest import CITUS_URL
 
     compiled = compile_statement(
-        _page_statement(filter_shape(scope, flt), cursor=False, offset=False)
+        page_statement(filter_shape(scope, flt), cursor=False, offset=False)
     )
     values = {**filter_params(scope, flt), "limit": flt.page_size}
     args = [values[name] if name in values else compiled.fixed[name] for name in compiled.order]

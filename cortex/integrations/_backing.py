@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from sqlalchemy.engine import URL
 
-from cortex._engine import normalise_url
+from cortex._db.engine import normalise_url
 from cortex.errors import InvalidInput
 from cortex.scope import MAX_SEGMENT_LENGTH, Scope, current_scope
 from cortex.store import Store, open_store

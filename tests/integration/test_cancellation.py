@@ -25,9 +25,9 @@ import pytest
 
 import cortex
 from cortex import NewMessage, Scope, use_scope
-from cortex._db import run_transaction
-from cortex._engine import driver_dsn
-from cortex._executor import Tx
+from cortex._db.engine import driver_dsn
+from cortex._db.executor import Tx
+from cortex._db.transaction import run_transaction
 from cortex.ids import format_id, new_uuid
 from tests.conftest import Database
 from tests.faults import row_locked, stored_counts, stuck_in_transaction, wait_for_lock_waiter

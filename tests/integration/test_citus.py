@@ -74,7 +74,7 @@ async def test_only_this_release_may_connect_to_a_distributed_database(
     statements; …16's code is held by the backstop it keeps; …18 makes the
     title index partial and keeps the functions' results).
     """
-    from cortex._engine import SCHEMA_REVISION
+    from cortex._db.engine import SCHEMA_REVISION
 
     served = await owner_conn.fetchval("SELECT oldest_code_revision FROM cortex_schema_compat")
     assert served == "20261201000016"
@@ -333,7 +333,7 @@ async def test_every_statement_is_a_single_shard_router_query(
     that go through the coordinator (``INSERT ... SELECT`` pulled there,
     distributed subplans).
     """
-    from cortex import _executor
+    from cortex._db import executor as _executor
 
     seen: dict[str, list[Any]] = {}
     original = _executor.Tx.execute
@@ -374,7 +374,7 @@ def test_downgrade_to_the_floor_and_back_and_no_further(server_url: str) -> None
     Below the floor the CLI refuses before any step runs (the schema there
     cannot be distributed by tenant), and the database stays where it was.
     """
-    from cortex._engine import SCHEMA_REVISION
+    from cortex._db.engine import SCHEMA_REVISION
     from cortex.migrate import CITUS_FLOOR
 
     db = create_database(server_url)
@@ -536,7 +536,7 @@ def test_a_legacy_database_upgrades_on_citus(server_url: str, stepwise: bool) ->
     legacy message is in its conversation's default session, and a store
     works.
     """
-    from cortex._engine import SCHEMA_REVISION
+    from cortex._db.engine import SCHEMA_REVISION
     from cortex.migrate import CITUS_FLOOR
     from tests.migrations.legacy import insert_legacy
 

@@ -21,7 +21,7 @@ import pytest
 
 import cortex
 from cortex import FunctionResponse, NewMessage, RequestedInput, use_scope
-from cortex._engine import SCHEMA_REVISION
+from cortex._db.engine import SCHEMA_REVISION
 from cortex.cli import EXIT_SCHEMA, main
 from tests.conftest import Database, admin
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 from sqlalchemy.engine import make_url
 
-from cortex._engine import SCHEMA_REVISION
-from cortex._routines import wanted_count
+from cortex._db.engine import SCHEMA_REVISION
+from cortex._db.routines import wanted_count
 from cortex.cli import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_SCHEMA, EXIT_UNAVAILABLE, main
 from tests.conftest import Database, current_at_head, with_database
 

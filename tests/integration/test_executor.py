@@ -1,6 +1,6 @@
 """The private executor refuses what SQLAlchemy's own execution path refuses.
 
-cortex runs compiled Core statements straight on asyncpg (cortex._executor);
+cortex runs compiled Core statements straight on asyncpg (cortex._db.executor);
 these run it on a real connection as the application role.
 """
 
@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 import cortex
 from cortex import CortexError, NewMessage, RequestedInput, use_scope
-from cortex._executor import StatementError, Tx, _compile
-from cortex._tables import sessions
+from cortex._db.executor import StatementError, Tx, _compile
+from cortex._sql.tables import sessions
 from tests.conftest import Database
 
 _BY_ID = sa.select(sessions.c.id).where(sessions.c.id == sa.bindparam("target_id"))

@@ -19,8 +19,8 @@ from cortex import (
     Scope,
     use_scope,
 )
-from cortex._db import MAX_ATTEMPTS, run_transaction
-from cortex._executor import Tx
+from cortex._db.executor import Tx
+from cortex._db.transaction import MAX_ATTEMPTS, run_transaction
 from tests.conftest import Database, admin, with_database
 from tests.faults import row_locked, stored_counts, wait_until_no_backends
 from tests.figures import record

@@ -16,7 +16,7 @@ import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
-from cortex._db import begin_sql
+from cortex._db.transaction import begin_sql
 from cortex.ids import MESSAGE_PREFIX, format_id
 from cortex.models import FunctionResponse, RequestedInput
 from tests.conftest import Database, asyncpg_dsn
@@ -415,7 +415,7 @@ async def test_expected_count_lets_exactly_one_writer_through(
 
 
 def _binding(tenant: str) -> str:
-    """The tenant binding cortex sends after BEGIN (cortex._db.begin_sql), for raw SQL."""
+    """The tenant binding cortex sends after BEGIN (cortex._db.transaction.begin_sql), for raw SQL."""
     return begin_sql(cortex.Scope.parse(tenant), custom_plans=False).split(";", 1)[1]
 
 

@@ -408,7 +408,8 @@ def test_model_lenient(
 
 
 def test_further_answers_count_towards_the_append_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cortex import InvalidInput, _messages
+    from cortex import InvalidInput
+    from cortex._calls import messages as _messages
 
     monkeypatch.setattr(_messages, "MAX_APPEND_BYTES", 20_000)
     big = "x" * 7_000  # three of them: over the limit together, each under it

@@ -1,6 +1,6 @@
 """Every listing page shape is one index walk that reads only the page, under the plan the store runs.
 
-On plain PostgreSQL the routines run generic plans (cortex._routines
+On plain PostgreSQL the routines run generic plans (cortex._db.routines
 ROUTINE_SETTINGS): one plan per shape, whatever the scope, the agent or the
 page size, so a shape whose generic plan sorted or filtered its way to a
 page would be slow for every caller. On Citus the workers plan each call.

@@ -22,10 +22,10 @@ import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, SchemaMismatch, ids, use_scope
-from cortex._executor import compile_statement, routine_key
-from cortex._filters import FilterShape
-from cortex._routines import _definition
-from cortex._sessions import _page_statement
+from cortex._db.executor import compile_statement, routine_key
+from cortex._db.routines import _definition
+from cortex._sql.predicates import FilterShape
+from cortex._sql.sessions import page_statement
 from cortex.cli import main
 from cortex.migrate import upgrade
 from tests.conftest import (
@@ -91,7 +91,7 @@ async def _as_app(db: Database, *statements: str) -> None:
 
 async def _plant_search_routine(db: Database) -> str:
     """As the application role: a routine for the search page that escalates; its name."""
-    stmt = _page_statement(_SEARCH_PAGE, cursor=False, offset=False)
+    stmt = page_statement(_SEARCH_PAGE, cursor=False, offset=False)
     owner = await asyncpg.connect(asyncpg_dsn(db.owner_url))
     try:
         definition = await _definition(owner, stmt, False)

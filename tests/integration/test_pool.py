@@ -2,7 +2,7 @@
 
 SQLAlchemy's asyncio pool runs every checkout and return in a greenlet, so
 that it may await the network; taking an idle connection and putting a clean
-one back never does (cortex._db._take_idle, _resets_quietly). These tests
+one back never does (cortex._db.pool._take_idle, _resets_quietly). These tests
 hold both halves: the fast path is the one taken, and whatever still needs
 I/O (a dropped connection's slot, a connection left in a transaction)
 takes the greenlet path and works as before.

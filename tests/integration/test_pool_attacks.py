@@ -1,9 +1,9 @@
-"""Adversarial tests for the pool fast path (cortex._db) and the routines' generic plans.
+"""Adversarial tests for the pool fast path (cortex._db.pool) and the routines' generic plans.
 
 Attacks on the first form of the fast path (commit bb90e23), which counted
 the slots cortex dropped. Each block says what it found:
 
-    FOUND  - failed on that commit; fixed since (cortex._db._next_idle_is_live
+    FOUND  - failed on that commit; fixed since (cortex._db.pool._next_idle_is_live
              reads the record the pool hands out next, and every checkout that
              may reconnect runs in its own shielded task)
     HOLDS  - passed; kept as a regression test for a claim that held
@@ -24,7 +24,8 @@ import asyncpg
 import pytest
 
 import cortex
-from cortex import NewMessage, _db, use_scope
+from cortex import NewMessage, use_scope
+from cortex._db import pool as db_pool
 from tests.conftest import Database, asyncpg_dsn, store_url
 from tests.figures import record
 
@@ -140,7 +141,7 @@ async def test_slot_invalidated_by_sqlalchemy_leaves_no_unawaited_coroutine(
         async with cortex.connect(store_url(database), pool_size=1, max_overflow=0) as store:
             with use_scope(tenant):
                 s = await store.create_session("bot")
-            # SQLAlchemy invalidates the slot itself (cortex._db never hears of it).
+            # SQLAlchemy invalidates the slot itself (cortex._db.pool never hears of it).
             async with store._engine.connect() as conn:
                 await conn.invalidate()
             del hops[:]
@@ -241,12 +242,12 @@ async def test_a_dropped_overflow_connection_does_not_disable_the_fast_path(
             s = await store.create_session("bot")
         engine = store._engine
         pool = _pool(store)
-        first = await _db.checkout(engine)
-        second = await _db.checkout(engine)  # an overflow connection
-        await _db.finish(first)  # the pool's one slot is idle again
+        first = await db_pool.checkout(engine)
+        second = await db_pool.checkout(engine)  # an overflow connection
+        await db_pool.finish(first)  # the pool's one slot is idle again
         # The overflow connection dropped (cancelled mid-statement, server
         # error, lost socket...): the queue is full, so the pool discards it.
-        await _db.release(second.conn, second.driver, trusted=False)
+        await db_pool.release(second.conn, second.driver, trusted=False)
         with use_scope(tenant):
             await store.get_session(s.id)
             del hops[:]
@@ -409,7 +410,7 @@ async def _storm(database: Database, owner_conn: asyncpg.Connection, tenant: str
                 pool = _pool(store)
                 assert pool.checkedout() == 0
                 for _ in range(20):
-                    if not _db._BACKGROUND:
+                    if not db_pool._BACKGROUND:
                         break
                     await asyncio.sleep(0.05)
                 rows = await _app_backends(owner_conn, database.app_role)
@@ -440,7 +441,7 @@ async def test_close_with_calls_in_flight(
         for r in results:
             assert not isinstance(r, BaseException) or isinstance(r, cortex.CortexError), repr(r)
         for _ in range(40):
-            if not _db._BACKGROUND:
+            if not db_pool._BACKGROUND:
                 break
             await asyncio.sleep(0.05)
         gc.collect()
@@ -563,14 +564,14 @@ async def test_an_abandoned_checkout_is_held_until_it_ends(
     database: Database, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opening = asyncio.Event()
-    real_open = _db._open
+    real_open = db_pool._open
 
     async def slow_open(engine: Any) -> Any:
         opening.set()
         await asyncio.sleep(0.1)
         return await real_open(engine)
 
-    monkeypatch.setattr(_db, "_open", slow_open)
+    monkeypatch.setattr(db_pool, "_open", slow_open)
     async with cortex.connect(store_url(database), pool_size=1, max_overflow=0) as store:
         await store.engine.dispose()  # no idle connection: the next call opens one
         with use_scope(tenant):
@@ -579,13 +580,13 @@ async def test_an_abandoned_checkout_is_held_until_it_ends(
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-        assert [t for t in _db._BACKGROUND if not t.done()], "the open is not held"
+        assert [t for t in db_pool._BACKGROUND if not t.done()], "the open is not held"
         gc.collect()
         for _ in range(40):
-            if not _db._BACKGROUND:
+            if not db_pool._BACKGROUND:
                 break
             await asyncio.sleep(0.05)
-        assert not _db._BACKGROUND
+        assert not db_pool._BACKGROUND
         # The abandoned connection went back into the pool, and works.
         assert _pool(store).checkedin() == 1
         with use_scope(tenant):

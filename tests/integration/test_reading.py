@@ -16,7 +16,7 @@ import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
-from cortex._executor import compile_statement
+from cortex._db.executor import compile_statement
 from tests import plans
 
 pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
@@ -192,8 +192,8 @@ async def test_since_reads_the_tail_not_the_history(
     store: cortex.Store, tenant: str, app_conn: asyncpg.Connection
 ) -> None:
     """The boundary is searched for in the seq index: a tail read touches a few dozen rows of 3,000."""
-    from cortex._filters import depth_class, scope_params
-    from cortex._messages import _page_statement
+    from cortex._sql.messages import page_statement
+    from cortex._sql.predicates import depth_class, scope_params
     from cortex.ids import parse_id
     from cortex.scope import Scope
 
@@ -206,9 +206,7 @@ async def test_since_reads_the_tail_not_the_history(
         assert [m.seq for m in tail] == [2901, 2902, 2903, 2904, 2905]
         boundary = (await store.list_messages(sid, after_seq=2499, limit=1))[0].created_at
     scope = Scope.parse(tenant)
-    compiled = compile_statement(
-        _page_statement(depth_class(scope), newest_first=False, since=True)
-    )
+    compiled = compile_statement(page_statement(depth_class(scope), newest_first=False, since=True))
     params = {
         **scope_params(scope),
         "target_id": parse_id("ses", sid),
@@ -218,7 +216,7 @@ async def test_since_reads_the_tail_not_the_history(
     }
     args = [params[name] if name in params else compiled.fixed[name] for name in compiled.order]
     async with app_conn.transaction():
-        # The binding as cortex sends it (cortex._db), which reaches Citus's workers too.
+        # The binding as cortex sends it (cortex._db.transaction.begin_sql), which reaches Citus's workers too.
         await app_conn.execute(
             f"SET LOCAL citus.propagate_set_commands = 'local'; SET LOCAL cortex.tenant = '{tenant}'"
         )

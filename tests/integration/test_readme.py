@@ -30,7 +30,7 @@ import pytest
 
 import cortex
 from cortex import NewMessage, RequestedInput, use_scope
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from tests.conftest import admin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_install_lines_are_truthful() -> None:
 
 
 def test_the_routine_counts_are_this_release_s() -> None:
-    from cortex._routines import wanted_count
+    from cortex._db.routines import wanted_count
 
     plain, citus = wanted_count(False), wanted_count(True)
     citus_page = (DOCS / "deployment" / "citus.md").read_text()

@@ -18,7 +18,7 @@ import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex.migrate import grant_sql, upgrade
 from tests.figures import record
 

@@ -18,10 +18,10 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
-from cortex._executor import compile_statement
-from cortex._filters import filter_params, filter_shape
-from cortex._routines import drop_sql, wanted_count
-from cortex._sessions import _page_statement, _select_statement
+from cortex._db.executor import compile_statement
+from cortex._db.routines import drop_sql, wanted_count
+from cortex._sql.predicates import filter_params, filter_shape
+from cortex._sql.sessions import page_statement, select_statement
 from cortex.ids import parse_id
 from cortex.migrate import upgrade
 from tests.conftest import CITUS_URL, Database
@@ -107,7 +107,7 @@ async def test_hot_calls_take_one_round_trip(
     expected = {name: 1 for name in calls} | {"update_session (a transaction)": 3}
     if CITUS_URL is not None:
         # Citus: an INSERT returns the id and the session is read back; an
-        # append is two router statements in a transaction (cortex._messages).
+        # append is two router statements in a transaction (cortex._calls.messages).
         expected |= {"create_session": 2}
     assert counted == expected
 
@@ -137,7 +137,7 @@ async def test_the_binding_ends_with_the_call(
     # next statement on the same connection (PgBouncer's next client) has none.
     with use_scope(tenant):
         s = await store.create_session("bot")
-    compiled = compile_statement(_select_statement(1, False))
+    compiled = compile_statement(select_statement(1, False))
     routine = store._routines[compiled.key]
     values = {"scope_tenant": tenant, "target_id": parse_id("ses", s.id)}
     rows = await app_conn.fetch(routine, *[values[name] for name in compiled.order])
@@ -266,7 +266,7 @@ async def test_routines_run_generic_plans_from_the_first_call(
             ListFilter(agent_id="bot"),
         ):
             shape = filter_shape(scope, flt)
-            compiled = compile_statement(_page_statement(shape, cursor=False, offset=False))
+            compiled = compile_statement(page_statement(shape, cursor=False, offset=False))
             values = {**filter_params(scope, flt), "limit": flt.page_size}
             call = store._routines[compiled.key]
             del plans[:]
@@ -287,7 +287,7 @@ async def test_a_one_message_append_binds_scalars_a_batch_arrays(
     store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The most frequent append sends no array to unnest (docs/benchmarks.md: about 55 µs less CPU)."""
-    from cortex import _executor
+    from cortex._db import executor as _executor
 
     sent: list[list[Any]] = []
     routine = _executor.Tx._routine

@@ -18,9 +18,9 @@ import pytest
 
 import cortex
 from cortex import NewMessage, use_scope
-from cortex._db import begin_sql
-from cortex._executor import Tx
-from cortex._messages import append_messages, encode_batch
+from cortex._calls.messages import append_messages, encode_batch
+from cortex._db.executor import Tx
+from cortex._db.transaction import begin_sql
 from cortex.ids import parse_id
 from cortex.scope import Scope
 from tests.measured import counted

@@ -14,7 +14,7 @@ import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, NotFound, use_scope
-from cortex._db import begin_sql
+from cortex._db.transaction import begin_sql
 from cortex.scope import Scope
 from tests.conftest import CITUS_URL
 from tests.figures import record
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20, pytest.mark.reliabili
 
 
 def _binding(tenant: str) -> str:
-    """The tenant binding cortex sends after BEGIN (cortex._db.begin_sql), for raw SQL."""
+    """The tenant binding cortex sends after BEGIN (cortex._db.transaction.begin_sql), for raw SQL."""
     return begin_sql(Scope.parse(tenant), custom_plans=False).split(";", 1)[1]
 
 

@@ -20,8 +20,8 @@ import pytest
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
-from cortex._executor import Tx
-from cortex._messages import append_messages, encode_batch
+from cortex._calls.messages import append_messages, encode_batch
+from cortex._db.executor import Tx
 from cortex.ids import parse_id
 from cortex.scope import Scope
 from tests import plans

@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import migration
 from benchmarks._common import bench_database
-from cortex._engine import driver_dsn
+from cortex._db.engine import driver_dsn
 from cortex.migrate import upgrade
 from tests.migrations.legacy import LEGACY_INSERT, current
 

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, RequestedInput, use_scope
-from cortex._engine import SCHEMA_REVISION
+from cortex._db.engine import SCHEMA_REVISION
 from cortex.migrate import alembic_config, backfill, grant_sql, upgrade
 from tests.conftest import admin, with_database
 from tests.migrations.legacy import LEGACY_READ, execute, fetch, insert_legacy
@@ -112,7 +112,7 @@ def test_previous_release_works_at_every_revision(
                 continue
             # The last release, as its application role, at a revision it may not know.
             execute(blank_db, *grant_sql(role))
-            monkeypatch.setattr("cortex._engine.SCHEMA_REVISION", revision)
+            monkeypatch.setattr("cortex._db.engine.SCHEMA_REVISION", revision)
             asyncio.run(_last_release_calls(app_url, tenant, i - revisions.index(LAST_RELEASE)))
         # Legacy rows written after the backfill revision join their session.
         backfill(blank_db)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 import cortex
 from alembic import command
 from cortex import NewMessage, use_scope
-from cortex._engine import SCHEMA_REVISION
+from cortex._db.engine import SCHEMA_REVISION
 from cortex._revision_helpers import backfill_v1
 from cortex.cli import main
 from cortex.migrate import alembic_config, downgrade, grant_sql, upgrade

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from cortex import SchemaMismatch
-from cortex._engine import SCHEMA_REVISION, check_schema, make_engine
+from cortex._db.engine import SCHEMA_REVISION, check_schema, make_engine
 from cortex.migrate import downgrade, upgrade
 
 # Code one revision behind: every revision since declares itself safe with it.

@@ -2,8 +2,8 @@
 
 On a Citus coordinator each cortex statement must be a single-tenant router
 query (docs/citus.md). Citus refuses some constructs outright; this walks
-every cached statement builder in cortex._sessions, cortex._messages and
-cortex._operator, with every argument it can be called with (every listing
+every cached statement builder in cortex._sql.sessions, cortex._sql.messages
+and cortex._sql.operator, with every argument it can be called with (every listing
 filter shape included), compiles each statement for PostgreSQL and refuses:
 
 - a subquery inside ``INSERT ... VALUES`` ("subqueries are not supported
@@ -32,8 +32,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from cortex import _messages, _operator, _sessions
-from cortex._filters import FilterShape
+from cortex._sql import messages, operator, sessions
+from cortex._sql.predicates import FilterShape
 from cortex.models import SessionState
 
 # Functions PostgreSQL marks VOLATILE that a statement could plausibly call.
@@ -82,7 +82,7 @@ _DOMAINS: dict[str, tuple[Any, ...]] = {
 
 def _builders() -> list[tuple[str, Callable[..., Any]]]:
     found = []
-    for module in (_sessions, _messages, _operator):
+    for module in (sessions, messages, operator):
         for name, obj in sorted(vars(module).items()):
             if name.endswith(("_statement", "_statements")) and hasattr(obj, "cache_info"):
                 found.append((f"{module.__name__}.{name}", obj))
@@ -146,14 +146,14 @@ def test_the_walk_finds_every_builder() -> None:
     names = {name.rsplit(".", 1)[1] for name, _ in _builders()}
     # A rename must not let a builder slip out of the walk unnoticed.
     assert {
-        "_insert_statement",
-        "_update_statement",
-        "_page_statement",
-        "_count_statement",
-        "_append_statement",
-        "_record_statement",
-        "_interrupt_statements",
-        "_switch_statements",
+        "insert_statement",
+        "update_statement",
+        "page_statement",
+        "count_statement",
+        "append_statement",
+        "record_statement",
+        "interrupt_statements",
+        "switch_statements",
     } <= names
     assert len(names) >= 25
 

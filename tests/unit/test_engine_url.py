@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 import cortex
-from cortex._engine import connect_options, driver_dsn, normalise_url
+from cortex._db.engine import connect_options, driver_dsn, normalise_url
 
 
 def test_port_out_of_range_is_invalid_input() -> None:

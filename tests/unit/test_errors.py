@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy.exc
 
 from cortex import CortexError, DatabaseError, DatabaseUnavailable, OperationTimeout
-from cortex._tables import metadata
+from cortex._sql.tables import metadata
 from cortex.errors import constraint_of, translate, translate_errors
 
 

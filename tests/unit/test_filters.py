@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from cortex import ListFilter, Scope, SessionState
-from cortex._filters import (
+from cortex._sql.predicates import (
     depth_class,
     escape_like,
     filter_params,
@@ -18,7 +18,7 @@ from cortex._filters import (
     session_predicate,
     subtree_clause,
 )
-from cortex._tables import sessions
+from cortex._sql.tables import sessions
 
 _PG = postgresql.asyncpg.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 

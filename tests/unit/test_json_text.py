@@ -209,7 +209,7 @@ def test_the_digit_run_scan_at_its_edges(text: str, found: bool) -> None:
 @given(st.dictionaries(st.text(max_size=8), _VALUES, max_size=6))
 def test_a_state_document_decodes_as_json_loads_twice(document: dict[str, Any]) -> None:
     """The outer object without the number scan: what json.loads, then each value's, gives."""
-    from cortex._sessions import decode_data
+    from cortex._calls.rows import decode_data
 
     stored = json.dumps({key: encode_json(value, 1 << 20) for key, value in document.items()})
     expected = {key: json.loads(value) for key, value in json.loads(stored).items()}
@@ -217,6 +217,6 @@ def test_a_state_document_decodes_as_json_loads_twice(document: dict[str, Any]) 
 
 
 def test_a_state_document_with_a_lone_surrogate_key_decodes() -> None:
-    from cortex._sessions import decode_data
+    from cortex._calls.rows import decode_data
 
     assert decode_data('{"\\ud800": "18446744073709551616"}') == {"\ud800": 2**64}

@@ -211,7 +211,8 @@ def test_row_to_session_builds_the_model_in_field_order() -> None:
     """The listing's fast path: the dict it hands over is in field order, the model equal to model_construct's."""
     import uuid
 
-    from cortex._sessions import SESSION_COLUMNS, row_to_session
+    from cortex._calls.rows import row_to_session
+    from cortex._sql.sessions import SESSION_COLUMNS
     from cortex.ids import format_id
 
     now = datetime.now(UTC)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cortex import InvalidInput, ListFilter, NewMessage, Session, Store, use_scope
-from cortex._engine import make_engine
+from cortex._db.engine import make_engine
 from cortex.ids import format_id, new_uuid
 
 pytestmark = pytest.mark.anyio

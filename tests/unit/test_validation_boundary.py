@@ -23,7 +23,7 @@ from cortex import (
     Store,
     use_scope,
 )
-from cortex._engine import make_engine
+from cortex._db.engine import make_engine
 from cortex.ids import format_id, new_uuid
 
 pytestmark = pytest.mark.anyio
@@ -254,7 +254,7 @@ async def test_a_task_started_during_a_call_keeps_none_of_its_encoded_texts() ->
     """
     import asyncio
 
-    from cortex import _messages
+    from cortex._calls import messages as _messages
     from cortex._validate import _ENCODED, boundary
 
     seen: dict[str, Any] = {}

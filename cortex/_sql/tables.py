@@ -235,7 +235,7 @@ sa.Index(
 # Substring search (ILIKE '%term%') on title and on the preview: trigram GIN,
 # led by the tenant (btree_gin) so a search reads only its tenant's matches.
 # Used through cortex_search_ids(), which row-level security cannot stop from
-# running ILIKE inside the index (see cortex._filters.search_clause). The
+# running ILIKE inside the index (see cortex._sql.predicates.search_clause). The
 # title's index holds titled sessions only: no update of a row is HOT, so an
 # append would give it an entry for every untitled session too (revision
 # 20261203000018); the functions' title arm tests ``title <> ''`` to use it.
@@ -386,7 +386,7 @@ schema_compat = sa.Table(
     metadata,
     # cortex-owned, one row: the oldest code (its SCHEMA_REVISION) that every
     # applied revision serves; written after each upgrade run by alembic/env.py,
-    # read by cortex._engine.check_schema. No tenant data, so no row-level security.
+    # read by cortex._db.engine.check_schema. No tenant data, so no row-level security.
     sa.Column("singleton", sa.Boolean(), nullable=False, server_default=sa.true()),
     sa.Column("oldest_code_revision", sa.Text(), nullable=False),
     sa.PrimaryKeyConstraint("singleton"),

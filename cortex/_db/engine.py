@@ -1,6 +1,6 @@
 """Engine and URL normalisation, and the schema-revision check.
 
-Nothing here runs a store call: :mod:`cortex._db` owns transactions.
+Nothing here runs a store call: :mod:`cortex._db.transaction` owns transactions.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from cortex._executor import Row
+from cortex._db.executor import Row
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
@@ -34,10 +34,10 @@ __all__ = [
     "normalise_url",
 ]
 
-# The Alembic revision this code reads and writes. A test keeps it equal to the
-# head of alembic/versions.
 log = logging.getLogger("cortex")
 
+# The Alembic revision this code reads and writes. A test keeps it equal to the
+# head of alembic/versions.
 SCHEMA_REVISION: Final = "20261204000019"
 
 
@@ -157,7 +157,7 @@ def connect_options(url: str | URL) -> tuple[URL, dict[str, Any]]:
 
 # Seconds asyncpg may take to open a connection (its own default is 60). A
 # cancelled caller does not wait for it, but the checkout it abandoned runs on
-# (cortex._db) and holds a pool slot until the connect succeeds or times out.
+# (cortex._db.pool) and holds a pool slot until the connect succeeds or times out.
 CONNECT_TIMEOUT: Final = 10
 
 # Key in a pooled connection's ``info``: how many times the pool handed that
@@ -181,7 +181,7 @@ def _encode_json(value: Any) -> str:
 def _own_json_codecs(dbapi_connection: Any, record: Any) -> None:
     """Decode json/jsonb with the standard library on every new connection, explicitly.
 
-    cortex executes on the asyncpg connection itself (cortex._executor), so
+    cortex executes on the asyncpg connection itself (cortex._db.executor), so
     it must not depend on whatever codecs SQLAlchemy's dialect installed
     (``json_deserializer`` in the pool options would change them). Runs after
     the dialect's own connect hook, so this one is what stays.
@@ -242,7 +242,7 @@ class SchemaState(NamedTuple):
 
     # The login role is a superuser or BYPASSRLS: the database's second wall protects nothing.
     bypasses_rls: bool
-    # cortex's tables are distributed by Citus (see cortex._filters.search_clause).
+    # cortex's tables are distributed by Citus (see cortex._sql.predicates.search_clause).
     distributed: bool
     # Who could plant objects where this connection's names resolve ("public: PUBLIC").
     foreign_creators: tuple[str, ...] = ()

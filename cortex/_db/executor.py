@@ -10,25 +10,29 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Any, Final
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql import sqltypes
 
+from cortex._sql.params import SCOPE_PARAMS
 from cortex.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from cortex._sql.messages import Composite
 
 __all__ = [
     "SHARED_PARAMS",
-    "Composite",
     "NeedsTransaction",
     "Result",
     "Routines",
     "Row",
     "StatementError",
     "Tx",
+    "compile_composite",
     "compile_statement",
     "routine_key",
 ]
@@ -89,12 +93,12 @@ class _Compiled:
     fixed: dict[str, Any]
     # Names the caller must supply.
     required: frozenset[str]
-    # Which installed routine runs this SQL (cortex._routines): a digest of the text.
+    # Which installed routine runs this SQL (cortex._db.routines): a digest of the text.
     key: str
 
 
 def routine_key(sql: str) -> str:
-    """The digest a routine's comment carries for the SQL it runs (cortex._routines)."""
+    """The digest a routine's comment carries for the SQL it runs (cortex._db.routines)."""
     return hashlib.sha256(sql.encode()).hexdigest()[:32]
 
 
@@ -105,32 +109,6 @@ Routines = dict[str, str]
 
 class NeedsTransaction(Exception):
     """Raised by a call in autocommit whose two statements have no routine: run it in a transaction."""
-
-
-@dataclass(frozen=True, eq=False)  # statements compare by identity (== builds SQL)
-class Composite:
-    """Two statements as one routine: ``first`` (an UPDATE ... RETURNING one row), then ``then``.
-
-    ``fed`` names binds of ``then`` that take a column ``first`` returned
-    (``{"m_seq_0": "message_count"}``); the routine's rows are ``then``'s, or
-    none when ``first`` matched no row.
-    """
-
-    first: sa.ClauseElement
-    then: sa.ClauseElement
-    fed: tuple[tuple[str, str], ...]
-
-    @cached_property
-    def order(self) -> tuple[str, ...]:
-        """The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s."""
-        first = _compile(self.first).order
-        fed = dict(self.fed)
-        rest = [n for n in _compile(self.then).order if n not in first and n not in fed]
-        return (*first, *dict.fromkeys(rest))
-
-    @cached_property
-    def key(self) -> str:
-        return routine_key(f"{_compile(self.first).sql}\n;\n{_compile(self.then).sql}")
 
 
 class _TextBind(sqltypes.Text):
@@ -153,12 +131,12 @@ class _Dialect(pg_asyncpg.PGDialect_asyncpg):
 
 _DIALECT: Final = _Dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves dialect __init__ unannotated
 
-# Scope bind values (cortex._filters.scope_params) travel together: a shape
+# Scope bind values (cortex._sql.predicates.scope_params) travel together: a shape
 # that needs only the tenant still receives the path and range bounds. Any
 # other key the statement does not bind is a caller's mistake.
-SHARED_PARAMS: Final = frozenset({"scope_tenant", "scope_path", "scope_lo", "scope_hi"})
+SHARED_PARAMS: Final = SCOPE_PARAMS
 
-# Statement shapes are finite (cortex._filters builds them from enums and
+# Statement shapes are finite (cortex._sql.predicates builds them from enums and
 # flags); the bound is a guard against a caller building one per call.
 _CACHE_SIZE: Final = 1024
 
@@ -194,6 +172,25 @@ def compile_statement(stmt: sa.ClauseElement) -> _Compiled:
     return _compile(stmt)
 
 
+@dataclass(frozen=True)
+class _CompiledComposite:
+    # The routine's parameters by name, in order: ``first``'s, then the rest of ``then``'s.
+    order: tuple[str, ...]
+    # Which installed routine runs the two statements (cortex._db.routines).
+    key: str
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def compile_composite(composite: Composite) -> _CompiledComposite:
+    """A two-statement shape compiled as :meth:`Tx.call` runs it (cached)."""
+    first = _compile(composite.first).order
+    fed = dict(composite.fed)
+    rest = [n for n in _compile(composite.then).order if n not in first and n not in fed]
+    order = (*first, *dict.fromkeys(rest))
+    key = routine_key(f"{_compile(composite.first).sql}\n;\n{_compile(composite.then).sql}")
+    return _CompiledComposite(order, key)
+
+
 class Tx:
     """One call's statements, executed straight on the asyncpg connection.
 
@@ -203,7 +200,7 @@ class Tx:
     cost more CPU than PostgreSQL spent running the hot statements.
 
     Inside a transaction (``routines`` None) each statement is sent as it
-    is. In autocommit (``routines`` given, see cortex._db.run_transaction)
+    is. In autocommit (``routines`` given, see cortex._db.transaction.run_transaction)
     each statement is a transaction of its own: its routine when one is
     installed (one round trip), else ``own_transaction`` (BEGIN with the
     binding, the statement, COMMIT).
@@ -257,7 +254,7 @@ class Tx:
         """The rows of the routine installed for ``key``; None if there is none (any more).
 
         A routine dropped by an upgrade since the store looked
-        (cortex._routines.install) did nothing: it is forgotten, and the
+        (cortex._db.routines.install) did nothing: it is forgotten, and the
         caller falls back on a transaction.
         """
         call = None if self.routines is None else self.routines.get(key)
@@ -282,7 +279,8 @@ class Tx:
             NeedsTransaction: no such routine (any more): nothing ran; the
                 caller runs the two statements in a transaction instead.
         """
-        found = await self._routine(composite.key, [params[name] for name in composite.order])
+        compiled = compile_composite(composite)
+        found = await self._routine(compiled.key, [params[name] for name in compiled.order])
         if found is None:
             raise NeedsTransaction
         return found

@@ -23,7 +23,24 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
-from cortex._tables import sessions
+from cortex._sql.params import (
+    AFTER_ID,
+    AFTER_UPDATED_AT,
+    AGENT_ID,
+    LIMIT,
+    OFFSET,
+    SCOPE,
+    SCOPE_HI,
+    SCOPE_LO,
+    SCOPE_PATH,
+    SEARCH_IDS,
+    SEARCH_PATTERN,
+    int_param,
+    scope_tenant_param,
+    text_param,
+    uuid_param,
+)
+from cortex._sql.tables import sessions
 from cortex.models import ListFilter, SessionState
 from cortex.scope import SEPARATOR, Scope
 
@@ -59,16 +76,12 @@ _AFTER_SEPARATOR: Final = chr(ord(SEPARATOR) + 1)
 LIKE_ESCAPE: Final = "/"
 
 
-def _text(name: str) -> sa.BindParameter[str]:
-    return sa.bindparam(name, type_=sa.Text())
-
-
 def depth_class(scope: Scope) -> int:
     """Which subtree predicate serves ``scope``: 1 (tenant), 2 (scope_l2), 3 (scope_l3), 4 (range)."""
     return min(scope.depth, 4)
 
 
-def scope_params(scope: Scope, key: str = "scope") -> dict[str, Any]:
+def scope_params(scope: Scope, key: str = SCOPE) -> dict[str, Any]:
     """Bind values for the clauses built with the same ``key``."""
     path = str(scope)
     return {
@@ -79,15 +92,15 @@ def scope_params(scope: Scope, key: str = "scope") -> dict[str, Any]:
     }
 
 
-def exact_clause(key: str = "scope") -> ColumnElement[bool]:
+def exact_clause(key: str = SCOPE) -> ColumnElement[bool]:
     """Sessions stored at exactly the scope bound under ``key``."""
     return sa.and_(
-        sessions.c.tenant_id == _text(f"{key}_tenant"),
-        sessions.c.scope == _text(f"{key}_path"),
+        sessions.c.tenant_id == text_param(f"{key}_tenant"),
+        sessions.c.scope == text_param(f"{key}_path"),
     )
 
 
-def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
+def subtree_clause(depth: int, key: str = SCOPE) -> ColumnElement[bool]:
     """Sessions at the scope bound under ``key`` or beneath it, by whole segments.
 
     ``depth`` is :func:`depth_class` of that scope. Depth 1 is the whole
@@ -98,7 +111,7 @@ def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
     exact-scope index: ``acme/a/b/c`` never matches ``acme/a/b/c-d`` because
     the range starts at ``acme/a/b/c/``.
     """
-    tenant = sessions.c.tenant_id == _text(f"{key}_tenant")
+    tenant = sessions.c.tenant_id == text_param(f"{key}_tenant")
     if depth == 1:
         return tenant
     if depth in (2, 3):
@@ -108,15 +121,15 @@ def subtree_clause(depth: int, key: str = "scope") -> ColumnElement[bool]:
         return sa.and_(
             tenant,
             sessions.c.scope_depth >= sa.literal_column(str(depth)),
-            prefix == _text(f"{key}_path"),
+            prefix == text_param(f"{key}_path"),
         )
     return sa.and_(
         tenant,
         sa.or_(
-            sessions.c.scope == _text(f"{key}_path"),
+            sessions.c.scope == text_param(f"{key}_path"),
             sa.and_(
-                sessions.c.scope >= _text(f"{key}_lo"),
-                sessions.c.scope < _text(f"{key}_hi"),
+                sessions.c.scope >= text_param(f"{key}_lo"),
+                sessions.c.scope < text_param(f"{key}_hi"),
             ),
         ),
     )
@@ -168,9 +181,9 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
     """Bind values for :func:`session_predicate`."""
     params = scope_params(scope)
     if flt.agent_id is not None:
-        params["agent_id"] = flt.agent_id
+        params[AGENT_ID] = flt.agent_id
     if flt.search:
-        params["search_pattern"] = escape_like(flt.search)
+        params[SEARCH_PATTERN] = escape_like(flt.search)
     return params
 
 
@@ -189,7 +202,7 @@ def search_clause(shape: FilterShape) -> ColumnElement[bool]:
     Inside a narrower scope the term filters the listing walk instead, which
     stops after a page and never reads the tenant's matches.
     """
-    pattern = _text("search_pattern")
+    pattern = text_param(SEARCH_PATTERN)
     matches = sa.or_(
         sessions.c.title.ilike(pattern, escape=LIKE_ESCAPE),
         sessions.c.last_message.ilike(pattern, escape=LIKE_ESCAPE),
@@ -199,7 +212,7 @@ def search_clause(shape: FilterShape) -> ColumnElement[bool]:
             # The candidates came from an earlier snapshot: a row whose title
             # or preview changed since is checked again here, on the few rows
             # the ids fetch (test_search_race.py lists stale matches without it).
-            candidate = sessions.c.id == sa.any_(sa.bindparam("search_ids", type_=_UUIDS))
+            candidate = sessions.c.id == sa.any_(sa.bindparam(SEARCH_IDS, type_=_UUIDS))
             return sa.and_(candidate, matches)
         ids = sa.func.public.cortex_search_ids(_exact_text(pattern), type_=UUID(as_uuid=True))
         return sessions.c.id.in_(sa.select(ids))
@@ -232,7 +245,7 @@ def tenant_search_statement() -> sa.Select[tuple[list[uuid.UUID]]]:
     """
     return sa.select(
         sa.func.public.cortex_tenant_search(
-            _exact_text(_text("scope_tenant")), _exact_text(_text("search_pattern")), type_=_UUIDS
+            _exact_text(scope_tenant_param()), _exact_text(text_param(SEARCH_PATTERN)), type_=_UUIDS
         )
     )
 
@@ -245,7 +258,7 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
     """
     conditions = [exact_clause() if shape.exact else subtree_clause(shape.depth)]
     if shape.agent:
-        conditions.append(sessions.c.agent_id == _text("agent_id"))
+        conditions.append(sessions.c.agent_id == text_param(AGENT_ID))
     if shape.default_only:
         conditions.append(sessions.c.is_default)
     if shape.search:
@@ -267,14 +280,14 @@ def path_clause(
     Same semantics as :func:`subtree_clause`, for tables without ``scope_l2``
     (session_markers): the scope bound under ``scope_*`` and everything beneath.
     """
-    same_tenant = tenant == _text("scope_tenant")
+    same_tenant = tenant == scope_tenant_param()
     if depth == 1:
         return same_tenant
     return sa.and_(
         same_tenant,
         sa.or_(
-            scope == _text("scope_path"),
-            sa.and_(scope >= _text("scope_lo"), scope < _text("scope_hi")),
+            scope == text_param(SCOPE_PATH),
+            sa.and_(scope >= text_param(SCOPE_LO), scope < text_param(SCOPE_HI)),
         ),
     )
 
@@ -286,17 +299,17 @@ def after_cursor() -> ColumnElement[bool]:
     OR-expanded form would not be).
     """
     return sa.tuple_(sessions.c.updated_at, sessions.c.id) < sa.tuple_(
-        sa.bindparam("after_updated_at", type_=sa.DateTime(timezone=True)),
-        sa.bindparam("after_id", type_=UUID(as_uuid=True)),
+        sa.bindparam(AFTER_UPDATED_AT, type_=sa.DateTime(timezone=True)),
+        uuid_param(AFTER_ID),
     )
 
 
 def cursor_params(updated_at: datetime, session_id: uuid.UUID) -> dict[str, Any]:
     """Bind values for :func:`after_cursor`."""
-    return {"after_updated_at": updated_at, "after_id": session_id}
+    return {AFTER_UPDATED_AT: updated_at, AFTER_ID: session_id}
 
 
 def page(stmt: sa.Select[*_Ts], *, offset: bool) -> sa.Select[*_Ts]:
     """Apply the listing order and a ``:limit`` (and ``:offset``) page to a select."""
-    stmt = stmt.order_by(*ORDER).limit(sa.bindparam("limit", type_=sa.Integer()))
-    return stmt.offset(sa.bindparam("offset", type_=sa.Integer())) if offset else stmt
+    stmt = stmt.order_by(*ORDER).limit(int_param(LIMIT))
+    return stmt.offset(int_param(OFFSET)) if offset else stmt

@@ -11,7 +11,7 @@ transaction mode stays safe). PL/pgSQL keeps each statement's plan the way a
 prepared statement does.
 
 Nothing here is a second copy of cortex's SQL: every routine's body is the
-compiled text of a statement builder (cortex._sessions, cortex._messages),
+compiled text of a statement builder (cortex._sql.sessions, cortex._sql.messages),
 and its signature is what PostgreSQL reports when it prepares that text. The
 routine's name is a digest of body and signature; its comment is the digest
 of the SQL alone, which is how the store finds it (:func:`available`). A
@@ -27,19 +27,18 @@ binds is one the application role could bind itself (SECURITY.md).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
 import asyncpg
 import sqlalchemy as sa
 
-from cortex import _messages, _sessions
-from cortex._executor import Composite, compile_statement, routine_key
-from cortex._filters import FilterShape
-from cortex._tables import TENANT_SETTING
+from cortex._db.executor import compile_composite, compile_statement, routine_key
+from cortex._sql.hot import hot_composites, hot_statements
+from cortex._sql.messages import Composite
+from cortex._sql.params import NEW_TENANT_ID, SCOPE_TENANT
+from cortex._sql.tables import TENANT_SETTING
 from cortex.errors import SchemaMismatch
 
 __all__ = [
@@ -48,9 +47,8 @@ __all__ = [
     "available",
     "drop_sql",
     "grant_sql",
-    "hot_composites",
-    "hot_statements",
     "install",
+    "installed_statements",
     "wanted_count",
 ]
 
@@ -78,20 +76,10 @@ WHERE p.pronamespace = 'public'::regnamespace
 # The same, cortex's own only: what a migration may drop or grant.
 _OWN_ROUTINES_SQL: Final = f"SELECT * FROM ({_ROUTINES_SQL}) AS r WHERE r.trusted"
 
-_DEPTHS: Final = (1, 2, 3, 4)
 
-# Every routine runs its statement's generic plan, from the first call.
-# PL/pgSQL caches a plan per statement the way a prepared statement does, and
-# PostgreSQL's plan cache keeps planning a statement with ``LIMIT $n`` afresh
-# on every call: the generic plan's cost assumes a tenth of the rows, so it
-# never looks cheaper than a custom plan for 20. At 1,000,000 sessions that
-# custom planning cost 0.37-0.75 ms per listing page, two to four times the
-# page's execution, for the same plan in 39 of 40 page shapes
-# (docs/query-plans.md). The setting lasts for the call only (a function's
-# SET clause), so nothing of it outlives the routine, behind PgBouncer too.
-# Searches are not routines: they keep custom plans (cortex._db.begin_sql).
-# Not on Citus: its planner cannot route a statement whose parameters a
-# generic plan leaves open ("could not create distributed plan").
+# Generic plans from the first call, because the plan cache re-plans a ``LIMIT $n``
+# statement on every call (docs/query-plans.md, P9); a function's SET lasts for
+# the call only, and Citus cannot route a generic plan, so not there.
 ROUTINE_SETTINGS: Final = "SET plan_cache_mode = force_generic_plan"
 
 
@@ -99,67 +87,20 @@ def _settings(distributed: bool) -> str:
     return "" if distributed else ROUTINE_SETTINGS
 
 
-# Parameters that carry the caller's tenant (cortex._filters.scope_params, cortex._sessions.scope_columns).
-_TENANT_PARAMS: Final = ("scope_tenant", "new_tenant_id")
+# Parameters that carry the caller's tenant (cortex._sql.predicates.scope_params, cortex._calls.sessions.scope_columns).
+_TENANT_PARAMS: Final = (SCOPE_TENANT, NEW_TENANT_ID)
 
 
-def _listing_shapes(distributed: bool) -> Iterator[FilterShape]:
-    # The listings a request path runs: no search (planned per term), no
-    # state filter (operators' views).
-    for depth, exact, agent, default_only in itertools.product(
-        _DEPTHS, (False, True), (False, True), (False, True)
-    ):
-        yield FilterShape(depth, exact, agent, default_only, False, None, distributed)
-
-
-def hot_statements(distributed: bool = False) -> list[sa.ClauseElement]:
-    """The statement shapes installed as routines (each SQL text once): what one-statement calls run.
-
-    ``distributed`` (Citus): the shapes the store sends there, and no
-    append (two router statements in a transaction there, cortex._messages).
-    """
-    out: list[sa.ClauseElement] = [
-        _sessions._insert_statement(False, distributed),
-        _sessions._resolve_insert_statement(True)
-        if distributed
-        else _sessions._resolve_statement(),
-        _sessions._default_statement(),
-        _sessions._resolve_key_statement(distributed),
-        _sessions._by_key_statement(),
-        # A listing page's scope documents, read after the page (cortex._sessions.select_page).
-        _sessions._scope_documents_statement(),
-    ]
-    for depth in _DEPTHS:
-        out.append(_sessions._select_statement(depth, False))
-        out.append(_messages._history_statement(depth))
-        if not distributed:
-            for with_data, expected, single in itertools.product((False, True), repeat=3):
-                out.append(_messages._append_statement(depth, with_data, expected, single))
-        for newest_first, since in ((False, False), (False, True), (True, False)):
-            out.append(_messages._page_statement(depth, newest_first=newest_first, since=since))
-    for shape in _listing_shapes(distributed):
-        out.append(_sessions._count_statement(shape))
-        for cursor in (False, True):
-            out.append(_sessions._page_statement(shape, cursor=cursor, offset=False))
+def installed_statements(distributed: bool = False) -> list[sa.ClauseElement]:
+    """The hot statements (cortex._sql.hot) installed as routines, each SQL text once."""
     # Shapes that compile alike (an exact-scope listing is one shape at every depth) are one.
-    distinct = {compile_statement(stmt).key: stmt for stmt in out}
+    distinct = {compile_statement(stmt).key: stmt for stmt in hot_statements(distributed)}
     return list(distinct.values())
-
-
-def hot_composites(distributed: bool = False) -> list[Composite]:
-    """Two-statement routines: on Citus, the one-message append (cortex._messages.routed_append)."""
-    if not distributed:
-        return []
-    return [
-        _messages.routed_append(depth, with_data, expected)
-        for depth in _DEPTHS
-        for with_data, expected in itertools.product((False, True), repeat=2)
-    ]
 
 
 def wanted_count(distributed: bool = False) -> int:
     """How many routines this code installs (statements and two-statement shapes)."""
-    return len(hot_statements(distributed)) + len(hot_composites(distributed))
+    return len(installed_statements(distributed)) + len(hot_composites(distributed))
 
 
 def _quote(name: str) -> str:
@@ -244,7 +185,8 @@ async def _composite_definition(
 ) -> _Definition:
     """How a two-statement shape becomes a routine: ``first ... INTO`` variables, then ``then``."""
     first, then = compile_statement(composite.first), compile_statement(composite.then)
-    order = composite.order
+    compiled = compile_composite(composite)
+    order = compiled.order
     fed = dict(composite.fed)
     bound = [name for name in _TENANT_PARAMS if name in order]
     if not bound:
@@ -295,7 +237,7 @@ async def _composite_definition(
         f"  RETURN QUERY {then_sql};\n"
     )
     create = _create(name, signature, returns, tenant, declare, run, _settings(distributed))
-    return _Definition(name, create, composite.key, f"{name}({signature})", tenant)
+    return _Definition(name, create, compiled.key, f"{name}({signature})", tenant)
 
 
 def drop_sql() -> str:
@@ -323,7 +265,7 @@ async def install(
 
     Routines this code does not use (an older release's, or ones whose
     statement no longer prepares against the schema) are dropped; a store
-    that still calls one falls back to a transaction (cortex._executor).
+    that still calls one falls back to a transaction (cortex._db.executor).
     Existing routines with this code's name are kept as they are: the name
     is a digest of the body and the signature. ``roles`` (the application
     roles) get EXECUTE on each. Run as the owner, under the migration lock.
@@ -334,7 +276,7 @@ async def install(
     and the statement run next to the data (docs/citus.md).
     """
     wanted: dict[str, _Definition] = {}
-    shapes: list[Any] = [*hot_statements(distributed), *hot_composites(distributed)]
+    shapes: list[Any] = [*installed_statements(distributed), *hot_composites(distributed)]
     for shape in shapes:
         # A shape PostgreSQL refuses costs its routine only, not the
         # transaction the rest are installed in.
@@ -385,7 +327,7 @@ async def install(
 
 
 async def available(driver: asyncpg.Connection) -> dict[str, str]:
-    """The routines installed: statement key (:func:`cortex._executor.routine_key`) to call SQL.
+    """The routines installed: statement key (:func:`cortex._db.executor.routine_key`) to call SQL.
 
     Only routines cortex's owner made count, and each is called by its
     schema-qualified name, so no function another role planted is ever run.

@@ -21,16 +21,9 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from cortex._db import (
-    STALE_ERRORS,
-    Finished,
-    begin_sql,
-    checkout,
-    discard_transaction,
-    release,
-    run_to_completion,
-)
-from cortex._executor import Tx
+from cortex._db.executor import Tx
+from cortex._db.pool import checkout, release, run_to_completion
+from cortex._db.transaction import STALE_ERRORS, Finished, begin_sql, discard_transaction
 from cortex.errors import DatabaseUnavailable, translate, translate_errors
 from cortex.scope import Scope
 
@@ -63,7 +56,7 @@ async def _open(
     """Check out a connection and begin the snapshot on it.
 
     The checkout, the stale-connection rule and every cleanup are the
-    transaction runner's own (cortex._db): a pooled connection the server
+    transaction runner's own (cortex._db.pool, cortex._db.transaction): a pooled connection the server
     closed while idle is dropped and the next tried, until one the pool just
     opened fails; cleanup runs to completion whatever cancels the caller, and
     a connection returns to the pool only outside any transaction.

@@ -1,0 +1,1 @@
+"""Connections: the engine, the pool, transactions, the statement executor, routines and snapshots."""

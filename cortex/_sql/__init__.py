@@ -1,0 +1,1 @@
+"""What SQL exists: tables, bind names and statement builders; pure, no I/O (nothing here awaits)."""

@@ -1,0 +1,279 @@
+"""Every bind name cortex's statements use, and the typed bind parameters built from them.
+
+A statement's builder (cortex._sql) and the call that fills its values
+(cortex._calls) spell each name through these constants, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, UUID
+
+__all__ = [
+    "AFTER_ID",
+    "AFTER_SEQ",
+    "AFTER_UPDATED_AT",
+    "AGENT_ID",
+    "A_IDS",
+    "A_SEQS",
+    "BATCH_SIZE",
+    "BEFORE_SEQ",
+    "DATA_DELTA",
+    "DELETED_SCOPE",
+    "DELTAS_DIGEST",
+    "D_DATA",
+    "D_PATHS",
+    "D_SCOPES",
+    "EXPECTED_COUNT",
+    "INTERRUPT_ID",
+    "K_AUTHORS",
+    "K_CONTENT_HASHES",
+    "K_IDS",
+    "K_METADATA_HASHES",
+    "K_MORE_REQUESTED",
+    "K_MORE_RESPONSES",
+    "K_PAYLOAD_HASHES",
+    "K_REQUESTED",
+    "K_RESPONSES",
+    "K_ROLES",
+    "LAST_SEQ",
+    "LIMIT",
+    "LOCK_KEY",
+    "MARKER_SCOPE",
+    "M_AUTHOR",
+    "M_AUTHORS",
+    "M_CONTENT",
+    "M_CONTENTS",
+    "M_CREATED_AT",
+    "M_DIGEST",
+    "M_ID",
+    "M_IDS",
+    "M_METADATA",
+    "M_MORE_REQUESTED",
+    "M_MORE_RESPONSES",
+    "M_PAYLOAD",
+    "M_PAYLOADS",
+    "M_REQUESTED",
+    "M_RESPONSE",
+    "M_RESPONSES",
+    "M_ROLE",
+    "M_ROLES",
+    "M_SEQ",
+    "NEW_AGENT_ID",
+    "NEW_DATA",
+    "NEW_IS_DEFAULT",
+    "NEW_IS_INTERRUPTED",
+    "NEW_KEY",
+    "NEW_METADATA",
+    "NEW_SCOPE",
+    "NEW_SCOPE_DEPTH",
+    "NEW_SCOPE_DIGEST",
+    "NEW_SCOPE_L2",
+    "NEW_SCOPE_L3",
+    "NEW_TENANT_ID",
+    "NEW_TITLE",
+    "OFFSET",
+    "PENDING_DELTA",
+    "PREVIEW",
+    "Q_AUTHOR",
+    "Q_AUTHORS",
+    "Q_ID",
+    "Q_IDS",
+    "Q_MESSAGE",
+    "Q_MESSAGES",
+    "Q_PAYLOAD",
+    "Q_PAYLOADS",
+    "Q_SCHEMA",
+    "Q_SCHEMAS",
+    "Q_SEQ",
+    "Q_SEQS",
+    "REASON",
+    "SCOPE",
+    "SCOPE_HI",
+    "SCOPE_LO",
+    "SCOPE_PARAMS",
+    "SCOPE_PATH",
+    "SCOPE_TENANT",
+    "SEARCH_IDS",
+    "SEARCH_PATTERN",
+    "SINCE",
+    "TARGET_AGENT_ID",
+    "TARGET_ID",
+    "TARGET_PATH",
+    "TARGET_SCOPE",
+    "array_param",
+    "bool_param",
+    "bytes_param",
+    "int_param",
+    "row_name",
+    "scope_tenant_param",
+    "target_id_param",
+    "text_param",
+    "uuid_param",
+]
+
+# --- the caller's scope (cortex._sql.predicates.scope_params) -------------------
+
+# The key the scope binds are named by: <key>_tenant, <key>_path, <key>_lo, <key>_hi.
+SCOPE: Final = "scope"
+SCOPE_TENANT: Final = "scope_tenant"
+SCOPE_PATH: Final = "scope_path"
+SCOPE_LO: Final = "scope_lo"
+SCOPE_HI: Final = "scope_hi"
+# Bound together: a shape that needs only the tenant still receives the rest.
+SCOPE_PARAMS: Final = frozenset({SCOPE_TENANT, SCOPE_PATH, SCOPE_LO, SCOPE_HI})
+
+# --- one session ----------------------------------------------------------------
+
+TARGET_ID: Final = "target_id"
+TARGET_PATH: Final = "target_path"
+TARGET_AGENT_ID: Final = "target_agent_id"
+TARGET_SCOPE: Final = "target_scope"
+DELETED_SCOPE: Final = "deleted_scope"
+LOCK_KEY: Final = "lock_key"
+
+# --- listings ---------------------------------------------------------------------
+
+LIMIT: Final = "limit"
+OFFSET: Final = "offset"
+AGENT_ID: Final = "agent_id"
+SEARCH_PATTERN: Final = "search_pattern"
+SEARCH_IDS: Final = "search_ids"
+AFTER_UPDATED_AT: Final = "after_updated_at"
+AFTER_ID: Final = "after_id"
+
+# --- a new session's columns ---------------------------------------------------------
+
+NEW_TENANT_ID: Final = "new_tenant_id"
+NEW_SCOPE: Final = "new_scope"
+NEW_SCOPE_DEPTH: Final = "new_scope_depth"
+NEW_SCOPE_L2: Final = "new_scope_l2"
+NEW_SCOPE_L3: Final = "new_scope_l3"
+NEW_AGENT_ID: Final = "new_agent_id"
+NEW_TITLE: Final = "new_title"
+NEW_METADATA: Final = "new_metadata"
+NEW_IS_DEFAULT: Final = "new_is_default"
+NEW_KEY: Final = "new_key"
+NEW_DATA: Final = "new_data"
+NEW_SCOPE_DIGEST: Final = "new_scope_digest"
+NEW_IS_INTERRUPTED: Final = "new_is_interrupted"
+
+# --- scope state documents ---------------------------------------------------------
+
+D_PATHS: Final = "d_paths"
+D_SCOPES: Final = "d_scopes"
+D_DATA: Final = "d_data"
+
+# --- appends: the counter UPDATE ---------------------------------------------------------
+
+BATCH_SIZE: Final = "batch_size"
+PREVIEW: Final = "preview"
+DATA_DELTA: Final = "data_delta"
+EXPECTED_COUNT: Final = "expected_count"
+DELTAS_DIGEST: Final = "deltas_digest"
+
+# --- appends: the messages, as arrays (a batch) or suffixed by row (see row_name()) -----------
+
+M_IDS: Final = "m_ids"
+M_ROLES: Final = "m_roles"
+M_CONTENTS: Final = "m_contents"
+M_AUTHORS: Final = "m_authors"
+M_RESPONSES: Final = "m_responses"
+M_PAYLOADS: Final = "m_payloads"
+M_REQUESTED: Final = "m_requested"
+M_MORE_REQUESTED: Final = "m_more_requested"
+M_MORE_RESPONSES: Final = "m_more_responses"
+M_METADATA: Final = "m_metadata"
+M_ID: Final = "m_id"
+M_SEQ: Final = "m_seq"
+M_ROLE: Final = "m_role"
+M_CONTENT: Final = "m_content"
+M_AUTHOR: Final = "m_author"
+M_RESPONSE: Final = "m_response"
+M_PAYLOAD: Final = "m_payload"
+M_DIGEST: Final = "m_digest"
+M_CREATED_AT: Final = "m_created_at"
+
+# --- appends: caller-chosen message ids already stored ------------------------------------
+
+K_IDS: Final = "k_ids"
+K_ROLES: Final = "k_roles"
+K_CONTENT_HASHES: Final = "k_content_hashes"
+K_AUTHORS: Final = "k_authors"
+K_REQUESTED: Final = "k_requested"
+K_RESPONSES: Final = "k_responses"
+K_MORE_REQUESTED: Final = "k_more_requested"
+K_MORE_RESPONSES: Final = "k_more_responses"
+K_METADATA_HASHES: Final = "k_metadata_hashes"
+K_PAYLOAD_HASHES: Final = "k_payload_hashes"
+
+# --- reading and removing messages ------------------------------------------------------
+
+AFTER_SEQ: Final = "after_seq"
+BEFORE_SEQ: Final = "before_seq"
+SINCE: Final = "since"
+LAST_SEQ: Final = "last_seq"
+
+# --- the operator surface: questions (arrays, or suffixed by row), answers, markers ----------
+
+Q_SEQS: Final = "q_seqs"
+Q_IDS: Final = "q_ids"
+Q_MESSAGES: Final = "q_messages"
+Q_AUTHORS: Final = "q_authors"
+Q_SCHEMAS: Final = "q_schemas"
+Q_PAYLOADS: Final = "q_payloads"
+Q_SEQ: Final = "q_seq"
+Q_ID: Final = "q_id"
+Q_MESSAGE: Final = "q_message"
+Q_AUTHOR: Final = "q_author"
+Q_SCHEMA: Final = "q_schema"
+Q_PAYLOAD: Final = "q_payload"
+A_IDS: Final = "a_ids"
+A_SEQS: Final = "a_seqs"
+PENDING_DELTA: Final = "pending_delta"
+INTERRUPT_ID: Final = "interrupt_id"
+MARKER_SCOPE: Final = "marker_scope"
+REASON: Final = "reason"
+
+
+def row_name(name: str, i: int) -> str:
+    """The bind name of ``name`` for row ``i`` of a multi-row statement (``m_id_0``)."""
+    return f"{name}_{i}"
+
+
+def text_param(name: str) -> sa.BindParameter[str]:
+    """A text bind (sent as ``$n::TEXT``: cortex._db.executor)."""
+    return sa.bindparam(name, type_=sa.Text())
+
+
+def int_param(name: str) -> sa.BindParameter[int]:
+    return sa.bindparam(name, type_=sa.Integer())
+
+
+def bool_param(name: str) -> sa.BindParameter[bool]:
+    return sa.bindparam(name, type_=sa.Boolean())
+
+
+def bytes_param(name: str) -> sa.BindParameter[bytes]:
+    return sa.bindparam(name, type_=BYTEA())
+
+
+def uuid_param(name: str) -> sa.BindParameter[uuid.UUID]:
+    return sa.bindparam(name, type_=UUID(as_uuid=True))
+
+
+def array_param(name: str, item: sa.types.TypeEngine[Any]) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=ARRAY(item))
+
+
+def scope_tenant_param() -> sa.BindParameter[str]:
+    """The caller's tenant: every statement on a cortex table binds it (Citus routes by it)."""
+    return text_param(SCOPE_TENANT)
+
+
+def target_id_param() -> sa.BindParameter[uuid.UUID]:
+    """The id of the one session a statement acts on."""
+    return uuid_param(TARGET_ID)
