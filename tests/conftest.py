@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio.from_thread
 import asyncpg
@@ -97,6 +98,48 @@ def anyio_backend() -> str:
 def with_database(url: str, database: str, *, user: str | None = None) -> str:
     """The same server URL pointing at another database (and optionally user)."""
     return driver_dsn(url, database=database, user=user)
+
+
+def with_user(url: str, user: str) -> str:
+    """The same server URL and database, logging in as ``user`` (no password)."""
+    return driver_dsn(url, user=user)
+
+
+def with_query(url: str, query: str) -> str:
+    """``url`` with ``query`` (``name=value&...``, as written in a URL) added to its own.
+
+    Never ``url + "?" + query``: the embedded server's URL has a query already
+    (``?host=<socket folder>``), and a second ``?`` would end up in its value.
+    """
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
+
+
+def server_address(url: str) -> tuple[str, int]:
+    """Where ``url``'s connections go, as libpq reads it: ``(host, port)``.
+
+    The query's ``host`` and ``port`` win over the URL's own; a host starting
+    with ``/`` is the folder of the server's unix socket, ``.s.PGSQL.<port>``
+    (the embedded server's URL: ``postgresql://postgres:@/postgres?host=/…/pgdata``).
+    """
+    parsed = make_url(url)
+    host = str(parsed.query.get("host") or parsed.host or "127.0.0.1")
+    return host, int(str(parsed.query.get("port") or parsed.port or 5432))
+
+
+def on_unix_socket(url: str) -> bool:
+    """Whether ``url`` reaches its server on a unix socket (the embedded server's only way)."""
+    return server_address(url)[0].startswith("/")
+
+
+def on_local_port(url: str, port: int) -> str:
+    """``url`` (same login, database and other parameters) sent to 127.0.0.1:``port``.
+
+    For a proxy or pooler in front of the server: the query's ``host`` and
+    ``port`` go, or they would win over the new address.
+    """
+    through = make_url(url).difference_update_query(["host", "port"])
+    return through.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -263,7 +306,7 @@ def store_url(database: Database) -> str:
     """
     if CITUS_URL is None:
         return database.app_url
-    return database.app_url + "?options=-c%20citus.multi_task_query_log_level%3Derror"
+    return with_query(database.app_url, "options=-c%20citus.multi_task_query_log_level%3Derror")
 
 
 @pytest.fixture

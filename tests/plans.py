@@ -38,13 +38,23 @@ def scans(plan: Any, relation: str) -> list[dict[str, Any]]:
     return found
 
 
+def rows_returned(node: dict[str, Any]) -> int:
+    """Rows a plan node returned over all its loops.
+
+    ``Actual Rows`` is per loop: an integer up to PostgreSQL 17, a number
+    with two decimals (``1.00``) from PostgreSQL 18 on.
+    """
+    per_loop = float(str(node.get("Actual Rows", 0)))
+    return round(per_loop * int(str(node.get("Actual Loops", 1))))
+
+
 def rows_read(plan: Any, relation: str) -> int:
     """Rows the plan's scans of ``relation`` read: returned plus filtered out, over all loops."""
     total = 0
     for scan in scans(plan, relation):
         kept = float(str(scan.get("Actual Rows", 0)))
         removed = float(str(scan.get("Rows Removed by Filter", 0)))
-        total += int((kept + removed) * int(str(scan.get("Actual Loops", 1))))
+        total += round((kept + removed) * int(str(scan.get("Actual Loops", 1))))
     return total
 
 

@@ -9,6 +9,11 @@ simple-protocol ``Query`` that starts with ``COMMIT`` is forwarded to the
 server whole, and then the client's socket is closed before any reply: the
 server commits, the client sees a lost connection. That is the ambiguous
 commit a retry must survive.
+
+Clients reach it on 127.0.0.1 (:meth:`CommitDropProxy.client_url`); it
+reaches the server the way the server's URL says: on TCP, or on the unix
+socket a ``?host=<socket folder>`` names (the embedded server listens on
+nothing else).
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ import contextlib
 import struct
 from collections.abc import AsyncIterator
 
+from tests.conftest import on_local_port, server_address
+
 _SPECIAL_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest
 
 
 class CommitDropProxy:
-    """Forward connections to ``(host, port)``; ``arm()`` makes the next COMMIT ambiguous."""
+    """Forward connections to the server of ``server_url``; ``arm()`` makes the next COMMIT ambiguous."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, server_url: str) -> None:
+        self.host, self.port = server_address(server_url)
         self.armed = 0
         self.dropped = 0
         # Requests the clients waited on: a simple Query, or a Sync ending an
@@ -39,6 +46,15 @@ class CommitDropProxy:
     def listen_port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
+
+    def client_url(self, url: str) -> str:
+        """``url`` (same login, database and parameters) through the proxy."""
+        return on_local_port(url, self.listen_port)
+
+    async def _open_server(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.host.startswith("/"):
+            return await asyncio.open_unix_connection(f"{self.host}/.s.PGSQL.{self.port}")
+        return await asyncio.open_connection(self.host, self.port)
 
     def arm(self, times: int = 1) -> None:
         """Drop the connection after each of the next ``times`` COMMITs."""
@@ -62,7 +78,7 @@ class CommitDropProxy:
         assert task is not None
         self._tasks.add(task)
         try:
-            server_r, server_w = await asyncio.open_connection(self.host, self.port)
+            server_r, server_w = await self._open_server()
         except OSError:
             client_w.close()
             self._tasks.discard(task)
@@ -125,9 +141,9 @@ class CommitDropProxy:
 
 
 @contextlib.asynccontextmanager
-async def commit_drop_proxy(host: str, port: int) -> AsyncIterator[CommitDropProxy]:
-    """A started proxy, closed on exit."""
-    proxy = CommitDropProxy(host, port)
+async def commit_drop_proxy(server_url: str) -> AsyncIterator[CommitDropProxy]:
+    """A started proxy in front of the server of ``server_url``, closed on exit."""
+    proxy = CommitDropProxy(server_url)
     await proxy.start()
     try:
         yield proxy

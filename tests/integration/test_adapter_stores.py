@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 import cortex
-from tests.conftest import CITUS_URL, Database
+from tests.conftest import CITUS_URL, Database, with_query
 
 pytest.importorskip("agents")
 pytest.importorskip("google.adk")
@@ -41,7 +41,7 @@ def item(content: str) -> TResponseInputItem:
 def named(database: Database) -> tuple[str, str]:
     """The app URL under an application name no other test uses, and that name."""
     name = f"adapters-{uuid.uuid4().hex[:10]}"
-    return f"{database.app_url}?application_name={name}", name
+    return with_query(database.app_url, f"application_name={name}"), name
 
 
 async def connections(owner_conn: asyncpg.Connection, name: str, *, expect: int) -> int:

@@ -21,7 +21,7 @@ from cortex.cli import (
     main,
 )
 from cortex.migrate import grant_sql
-from tests.conftest import Database, admin, with_database
+from tests.conftest import Database, admin, with_database, with_user
 
 pytestmark = pytest.mark.sqlalchemy20
 
@@ -214,7 +214,7 @@ def test_grant_as_the_wrong_role_fails_loudly(
     stranger = f"{role}_Mixed".lower()
     asyncio.run(admin(url, f"CREATE ROLE {role} LOGIN", f"CREATE ROLE {stranger} LOGIN"))
     capsys.readouterr()
-    as_stranger = with_database(url, url.rsplit("/", 1)[1].split("?")[0], user=stranger)
+    as_stranger = with_user(url, stranger)
     # No rights at all: PostgreSQL refuses. The application role's rights: it only warns.
     for rights in ([], grant_sql(stranger)):
         asyncio.run(admin(url, *rights))

@@ -21,7 +21,7 @@ from cortex import (
 )
 from cortex._db.executor import Tx
 from cortex._db.transaction import MAX_ATTEMPTS, run_transaction
-from tests.conftest import Database, admin, with_database
+from tests.conftest import Database, admin, on_local_port, with_database
 from tests.faults import row_locked, stored_counts, wait_until_no_backends
 from tests.figures import record
 
@@ -35,11 +35,7 @@ async def _healthy(store: cortex.Store, tenant: str, session_id: str, times: int
 
 
 async def test_unreachable_server(database: Database) -> None:
-    url = (
-        sa.engine.make_url(database.app_url)
-        .set(host="127.0.0.1", port=1)
-        .render_as_string(hide_password=False)
-    )
+    url = on_local_port(database.app_url, 1)  # nothing listens there
     with pytest.raises(DatabaseUnavailable) as info:
         async with cortex.connect(url):
             pass

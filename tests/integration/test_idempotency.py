@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 import anyio
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import Conflict, DatabaseUnavailable, NewMessage, NotFound, use_scope
@@ -38,14 +37,13 @@ def session_id() -> str:
 
 @pytest.fixture
 async def proxy(database: Database) -> AsyncIterator[CommitDropProxy]:
-    url = make_url(database.app_url)
-    async with commit_drop_proxy(url.host or "127.0.0.1", url.port or 5432) as p:
+    async with commit_drop_proxy(database.app_url) as p:
         yield p
 
 
 @pytest.fixture
 async def proxied(database: Database, proxy: CommitDropProxy) -> AsyncIterator[cortex.Store]:
-    url = make_url(database.app_url).set(host="127.0.0.1", port=proxy.listen_port)
+    url = proxy.client_url(database.app_url)
     async with cortex.connect(url, connect_args={"ssl": False}) as store:
         yield store
 

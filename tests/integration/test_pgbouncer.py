@@ -3,7 +3,8 @@
 Transaction pooling hands each transaction to whichever server connection is
 free, so session state must never carry a tenant: cortex binds it with a
 transaction-local setting. Needs ``pgbouncer`` on PATH (``.ci/run`` installs
-Debian's); skipped where it is missing or the server is not on TCP.
+Debian's); skipped where it is missing. It reaches the server as the test's
+URL does: on TCP, or on the unix socket of the embedded server.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from pathlib import Path
 import anyio
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
-from tests.conftest import Database
+from tests.conftest import Database, on_local_port, server_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -40,15 +40,13 @@ def bouncer_url(database: Database) -> Iterator[str]:
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     if not Path(binary).exists():
         pytest.skip("pgbouncer is not installed")
-    server = make_url(database.app_url)
-    if not server.host or server.host.startswith("/") or server.query.get("host"):
-        pytest.skip("the test server is not on TCP")
+    host, server_port = server_address(database.app_url)
     folder = Path(tempfile.mkdtemp(prefix="cortex-pgbouncer-"))
     port = _free_port()
     (folder / "users.txt").write_text(f'"{database.app_role}" ""\n')
     (folder / "pgbouncer.ini").write_text(
         f"""[databases]
-* = host={server.host} port={server.port or 5432}
+* = host={host} port={server_port}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -65,7 +63,13 @@ pidfile = {folder}/pgbouncer.pid
     os.chmod(folder, 0o777)
     command = [binary, str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:  # pgbouncer refuses to run as root
-        command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+        # A socket's folder may be private (the embedded server's is its data
+        # folder, its service user's alone): then pgbouncer runs as its owner.
+        ids = ["--reuid=nobody", "--regid=nogroup"]
+        if host.startswith("/"):
+            owner = Path(host).stat()
+            ids = [f"--reuid={owner.st_uid}", f"--regid={owner.st_gid}"]
+        command = ["setpriv", *ids, "--clear-groups", *command]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(50):
@@ -75,7 +79,7 @@ pidfile = {folder}/pgbouncer.pid
             time.sleep(0.1)
         else:
             pytest.fail(f"pgbouncer did not start: {proc.stderr.read() if proc.stderr else ''!r}")
-        yield server.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        yield on_local_port(database.app_url, port)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -26,8 +26,9 @@ import pytest
 import cortex
 from cortex import NewMessage, use_scope
 from cortex._db import pool as db_pool
-from tests.conftest import Database, asyncpg_dsn, store_url
+from tests.conftest import Database, asyncpg_dsn, on_unix_socket, store_url
 from tests.figures import record
+from tests.proxy import commit_drop_proxy
 
 
 @contextlib.asynccontextmanager
@@ -326,9 +327,20 @@ async def test_asyncpg_still_orphans_its_cancel_request_probe(database: Database
     own CancelRequest task, and at one of those moments the probe's future
     is left failed. When this test fails, asyncpg has fixed it: remove the
     tolerance from test_cancel_and_kill_storm_leaves_a_clean_pool.
+
+    The probe is the SSLRequest asyncpg sends first on TCP; on a unix socket
+    it sends none (asyncpg.connect_utils._cancel), so there is nothing to
+    orphan. A server reached on a socket (the embedded one listens on nothing
+    else) is reached here through a plain TCP forwarder, never armed: the
+    client's side, where the bug lives, is then the TCP one it is on a real
+    deployment.
     """
-    dsn = asyncpg_dsn(database.owner_url)
-    async with _loop_errors() as errors:
+    async with contextlib.AsyncExitStack() as stack:
+        dsn = asyncpg_dsn(database.owner_url)
+        if on_unix_socket(dsn):
+            forwarder = await stack.enter_async_context(commit_drop_proxy(dsn))
+            dsn = asyncpg_dsn(forwarder.client_url(dsn))
+        errors = await stack.enter_async_context(_loop_errors())
         for k in range(13):
             conn = await asyncpg.connect(dsn)
             query = asyncio.ensure_future(conn.execute("SELECT pg_sleep(0.5)"))

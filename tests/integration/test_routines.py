@@ -14,7 +14,6 @@ from typing import Any
 import anyio.to_thread
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 import cortex
 from cortex import ListFilter, NewMessage, use_scope
@@ -34,13 +33,12 @@ _ROUTINES = r"SELECT count(*) FROM pg_proc WHERE proname LIKE 'cortex\_r\_%'"
 
 @pytest.fixture
 async def proxy(database: Database) -> AsyncIterator[CommitDropProxy]:
-    url = make_url(database.app_url)
-    async with commit_drop_proxy(url.host or "127.0.0.1", url.port or 5432) as p:
+    async with commit_drop_proxy(database.app_url) as p:
         yield p
 
 
 def _through(database: Database, proxy: CommitDropProxy) -> Any:
-    url = make_url(database.app_url).set(host="127.0.0.1", port=proxy.listen_port)
+    url = proxy.client_url(database.app_url)
     return cortex.connect(url, connect_args={"ssl": False}, pool_size=1, max_overflow=0)
 
 

@@ -18,7 +18,7 @@ import pytest
 import cortex
 from cortex import InvalidInput, NewMessage, RequestedInput, SessionState, use_scope
 from cortex.migrate import downgrade, grant_sql, upgrade
-from tests.conftest import Database, admin, asyncpg_dsn, with_database
+from tests.conftest import Database, admin, asyncpg_dsn, with_user
 from tests.figures import record
 
 pytestmark = pytest.mark.reliability
@@ -113,7 +113,7 @@ def migrated(blank_db: str) -> Iterator[tuple[str, str]]:
 
 
 async def _app_can_use_everything(url: str, role: str) -> None:
-    conn = await asyncpg.connect(asyncpg_dsn(with_database(url, url.rsplit("/", 1)[-1], user=role)))
+    conn = await asyncpg.connect(asyncpg_dsn(with_user(url, role)))
     try:
         async with conn.transaction():
             await conn.execute("SELECT set_config('cortex.tenant', 't', true)")

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 import cortex
 from cortex import use_scope
 from cortex.migrate import upgrade
-from tests.conftest import Database
+from tests.conftest import Database, with_query
 
 pytestmark = pytest.mark.sqlalchemy20
 
@@ -39,9 +39,10 @@ async def _setting(store: cortex.Store, expression: str) -> object:
 
 
 async def test_application_name_options_and_timeout(database: Database, tenant: str) -> None:
-    url = (
-        f"{database.app_url}?application_name=cortex-url-test&connect_timeout=5"
-        "&options=-c%20statement_timeout%3D4321&sslmode=disable&target_session_attrs=read-write"
+    url = with_query(
+        database.app_url,
+        "application_name=cortex-url-test&connect_timeout=5"
+        "&options=-c%20statement_timeout%3D4321&sslmode=disable&target_session_attrs=read-write",
     )
     async with cortex.connect(url) as store:
         assert await _setting(store, "current_setting('application_name')") == "cortex-url-test"
@@ -53,7 +54,7 @@ async def test_application_name_options_and_timeout(database: Database, tenant: 
 
 async def test_unknown_parameter_is_refused_before_connecting(database: Database) -> None:
     with pytest.raises(cortex.InvalidInput, match="keepalives"):
-        async with cortex.connect(f"{database.app_url}?keepalives=1"):
+        async with cortex.connect(with_query(database.app_url, "keepalives=1")):
             pass
 
 
@@ -138,7 +139,7 @@ def tls_server() -> Iterator[tuple[str, Path]]:
 def _tls(url: str, certs: Path, *, root: str = "ca.crt", mode: str = "verify-full") -> str:
     files = {"sslrootcert": root, "sslcert": "client.crt", "sslkey": "client.key"}
     query = "&".join(f"{k}={quote(str(certs / v), safe='')}" for k, v in files.items())
-    return f"{url}?sslmode={mode}&{query}&application_name=cortex-tls"
+    return with_query(url, f"sslmode={mode}&{query}&application_name=cortex-tls")
 
 
 def test_verified_tls_with_a_client_certificate(tls_server: tuple[str, Path]) -> None:
