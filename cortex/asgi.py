@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Final
 
 from cortex.errors import (
@@ -120,16 +120,29 @@ class ScopeMiddleware:
     ``scope_from(asgi_scope)`` returns the request's cortex scope. A request
     without one is answered 401, one whose scope is malformed 422 (JSON
     ``{"error", "detail"}``), before the app sees it. Lifespan events pass
-    through unbound.
+    through unbound, and so do requests for an ``exempt`` path: each entry
+    is a whole path (``"/healthz"``, ``"/openapi.json"``), or a folder when
+    it ends in ``/`` (``"/static/"`` lets ``/static/app.css`` through).
+    An exempt route runs with no scope bound, so a store call there raises
+    ``ScopeMissing``.
     """
 
-    def __init__(self, app: ASGIApp, *, scope_from: ScopeFrom) -> None:
+    def __init__(self, app: ASGIApp, *, scope_from: ScopeFrom, exempt: Iterable[str] = ()) -> None:
         self.app = app
         self.scope_from = scope_from
+        paths = tuple(exempt)
+        for path in paths:
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise InvalidInput(f"exempt: a path starting with '/', got {path!r}")
+        self._exempt = frozenset(p for p in paths if not p.endswith("/"))
+        self._exempt_folders = tuple(p for p in paths if p.endswith("/"))
+
+    def _is_exempt(self, path: str) -> bool:
+        return path in self._exempt or path.startswith(self._exempt_folders)
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """Bind the request's scope around the app, or answer 401/422 without calling it."""
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or self._is_exempt(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         try:

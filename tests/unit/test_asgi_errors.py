@@ -39,3 +39,40 @@ def test_every_public_error_class_is_mapped_deliberately() -> None:
         if isinstance(getattr(cortex, n), type) and issubclass(getattr(cortex, n), Exception)
     }
     assert public <= mapped
+
+
+async def _get(app: object, path: str) -> tuple[int, str]:
+    import httpx
+
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # an ASGI callable
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.get(path)
+    return response.status_code, response.text
+
+
+@pytest.mark.anyio
+async def test_exempt_paths_pass_through_unbound() -> None:
+    from cortex.asgi import ASGIScope, Receive, ScopeMiddleware, Send
+    from cortex.scope import current_scope
+
+    async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        try:
+            body = str(current_scope()).encode()
+        except cortex.ScopeMissing:
+            body = b"None"
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    wrapped = ScopeMiddleware(
+        app, scope_from=lambda request: None, exempt=("/healthz", "/docs", "/static/")
+    )
+    assert await _get(wrapped, "/healthz") == (200, "None")
+    assert await _get(wrapped, "/docs") == (200, "None")
+    assert await _get(wrapped, "/static/app.css") == (200, "None")
+    # Whole paths only: no other path is let through by a shared beginning.
+    assert (await _get(wrapped, "/docs-private"))[0] == 401
+    assert (await _get(wrapped, "/healthz/x"))[0] == 401
+    assert (await _get(wrapped, "/static"))[0] == 401
+    assert (await _get(wrapped, "/v1/sessions"))[0] == 401
+    with pytest.raises(cortex.InvalidInput):
+        ScopeMiddleware(app, scope_from=lambda request: None, exempt=("healthz",))
