@@ -291,7 +291,13 @@ Seq = Annotated[int, Strict(), Field(ge=0, le=INT4_MAX)]
 Offset = Seq
 BeforeSeq = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
 """A position to read before: 1 to 2**31 - 1."""
-MessageLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_MESSAGE_LIMIT)]
+# 0 means the default page, as ListFilter's limit does: one rule for every limit.
+MessageLimit = Annotated[
+    int,
+    Strict(),
+    Field(ge=0, le=MAX_MESSAGE_LIMIT),
+    AfterValidator(lambda limit: limit or DEFAULT_MESSAGE_LIMIT),
+]
 ListLimit = Annotated[int, Strict(), Field(ge=0, le=MAX_LIST_LIMIT)]
 
 

@@ -661,7 +661,7 @@ class Store:
         limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
         since: Since = None,
     ) -> list[Message]:
-        """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000).
+        """Messages with ``seq > after_seq``, in ``seq`` order, at most ``limit`` (1-1000; 0: 100).
 
         With ``since`` (a tz-aware datetime): only messages appended after
         it (``created_at > since``); ``created_at`` never decreases along
@@ -724,7 +724,7 @@ class Store:
         limit: MessageLimit = DEFAULT_MESSAGE_LIMIT,
         before_seq: BeforeSeq | None = None,
     ) -> list[Message]:
-        """The newest ``limit`` messages (1-1000), oldest first: an agent's context window.
+        """The newest ``limit`` messages (1-1000; 0: 100), oldest first: an agent's context window.
 
         With ``before_seq``, the newest ``limit`` messages older than that
         position, so ``before_seq=page[0].seq`` pages backwards until an empty
@@ -749,7 +749,7 @@ class Store:
     async def get_session_with_messages(
         self, session_id: SessionId, *, limit: MessageLimit = DEFAULT_MESSAGE_LIMIT
     ) -> SessionHistory:
-        """The session and its newest ``limit`` messages (oldest first), in one read.
+        """The session and its newest ``limit`` messages (1-1000; 0: 100, oldest first), in one read.
 
         Both come from one snapshot: ``session.message_count`` equals the
         ``seq`` of the last message returned, even while appends commit.

@@ -124,7 +124,7 @@ async def test_all_or_nothing_and_limits(
         with pytest.raises(InvalidInput):
             await store.append_messages(s.id, ["not a message"])  # type: ignore[list-item]  # proving the refusal
         with pytest.raises(InvalidInput):
-            await store.list_messages(s.id, limit=0)
+            await store.list_messages(s.id, limit=-1)
         with pytest.raises(InvalidInput):
             await store.list_messages(s.id, limit=1001)
         with pytest.raises(InvalidInput):

@@ -40,6 +40,10 @@ async def test_newest_n_in_order_and_paging_backwards(store: cortex.Store, tenan
         assert await store.recent_messages(sid, before_seq=1) == []
         everything = await store.recent_messages(sid)  # default limit covers all 7
         assert [m.seq for m in everything] == list(range(1, 8))
+        # 0 is the default page, as in ListFilter: one rule for every limit.
+        assert await store.recent_messages(sid, limit=0) == everything
+        assert await store.list_messages(sid, limit=0) == everything
+        assert (await store.get_session_with_messages(sid, limit=0)).messages == everything
 
 
 async def test_walking_back_sees_every_message_once(store: cortex.Store, tenant: str) -> None:
@@ -71,7 +75,7 @@ async def test_empty_session_and_invisible_session(
 
 
 _BAD: list[dict[str, object]] = [
-    {"limit": 0},
+    {"limit": -1},
     {"limit": 1001},
     {"limit": True},
     {"before_seq": 0},

@@ -52,7 +52,7 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
             SID, [NewMessage.model_construct(role="user", content="x" * (1024 * 1024 + 1))]
         ),
     ),
-    ("list messages limit", lambda s: s.list_messages(SID, limit=0)),
+    ("list messages limit", lambda s: s.list_messages(SID, limit=-1)),
     ("list messages after", lambda s: s.list_messages(SID, after_seq=-1)),
     ("abort reason long", lambda s: s.abort_session(SID, "r" * 1001)),
     ("abort reason NUL", lambda s: s.abort_session(SID, "\x00")),
