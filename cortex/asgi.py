@@ -38,7 +38,16 @@ from cortex.errors import (
 )
 from cortex.scope import Scope, use_scope
 
-__all__ = ["HTTP_STATUS", "ScopeMiddleware", "error_body", "from_header", "header", "status_for"]
+__all__ = [
+    "HTTP_STATUS",
+    "PROBLEM_JSON",
+    "ScopeMiddleware",
+    "error_body",
+    "from_header",
+    "header",
+    "problem",
+    "status_for",
+]
 
 ASGIScope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -71,9 +80,29 @@ def status_for(exc: CortexError) -> int:
     return next(status for cls, status in HTTP_STATUS if isinstance(exc, cls))
 
 
-def error_body(exc: CortexError) -> dict[str, str]:
-    """A JSON-ready body: the error's class name and its one-line message."""
-    return {"error": type(exc).__name__, "detail": str(exc)}
+# RFC 9457's media type: every error cortex answers is a problem details document.
+PROBLEM_JSON: Final = "application/problem+json"
+
+
+def problem(name: str, status: int, detail: str, **extra: Any) -> dict[str, Any]:
+    """A problem details document (RFC 9457) naming cortex's error class ``name``.
+
+    ``type`` is a URN per class, ``title`` the class name; ``error`` repeats
+    it for clients that read the earlier ``{"error", "detail"}`` body.
+    """
+    return {
+        "type": f"urn:cortex:error:{name}",
+        "title": name,
+        "status": status,
+        "detail": detail,
+        "error": name,
+        **extra,
+    }
+
+
+def error_body(exc: CortexError, status: int | None = None) -> dict[str, Any]:
+    """The problem details document of a cortex error (its status: :func:`status_for`)."""
+    return problem(type(exc).__name__, status_for(exc) if status is None else status, str(exc))
 
 
 def header(request: Mapping[str, Any], name: str) -> str | None:
@@ -118,8 +147,8 @@ class ScopeMiddleware:
     """Pure ASGI middleware: every HTTP and WebSocket request runs inside ``use_scope``.
 
     ``scope_from(asgi_scope)`` returns the request's cortex scope. A request
-    without one is answered 401, one whose scope is malformed 422 (JSON
-    ``{"error", "detail"}``), before the app sees it. Lifespan events pass
+    without one is answered 401, one whose scope is malformed 422 (a problem
+    details document, :func:`error_body`), before the app sees it. Lifespan events pass
     through unbound, and so do requests for an ``exempt`` path: each entry
     is a whole path (``"/healthz"``, ``"/openapi.json"``), or a folder when
     it ends in ``/`` (``"/static/"`` lets ``/static/app.css`` through).
@@ -149,13 +178,13 @@ class ScopeMiddleware:
             bound = await resolve(self.scope_from, scope)
         except CortexError as exc:
             status = 401 if isinstance(exc, ScopeMissing) else status_for(exc)
-            await _respond(scope, send, status, error_body(exc))
+            await _respond(scope, send, status, error_body(exc, status))
             return
         with use_scope(bound):
             await self.app(scope, receive, send)
 
 
-async def _respond(scope: ASGIScope, send: Send, status: int, body: dict[str, str]) -> None:
+async def _respond(scope: ASGIScope, send: Send, status: int, body: dict[str, Any]) -> None:
     if scope["type"] == "websocket":
         # Before accept, a close is the refusal (HTTP 403 to the client).
         await send({"type": "websocket.close", "code": 1008})
@@ -166,7 +195,7 @@ async def _respond(scope: ASGIScope, send: Send, status: int, body: dict[str, st
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", PROBLEM_JSON.encode()),
                 (b"content-length", str(len(payload)).encode()),
             ],
         }

@@ -9,14 +9,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
-from cortex.asgi import error_body, resolve, status_for
+from cortex.asgi import PROBLEM_JSON, error_body, problem, resolve, status_for
 from cortex.errors import CortexError, ScopeMissing
 from cortex.scope import Scope, use_scope
 
-__all__ = ["cortex_error_handler", "install_error_handlers", "scope_dependency"]
+__all__ = [
+    "cortex_error_handler",
+    "install_error_handlers",
+    "scope_dependency",
+    "validation_error_handler",
+]
 
 
 def scope_dependency(
@@ -50,7 +57,20 @@ async def cortex_error_handler(request: Request, exc: Exception) -> JSONResponse
     # A request that names no scope is the client's fault; an endpoint that
     # runs without one (no binding installed) is the server's.
     status = 401 if isinstance(exc, ScopeMissing) and _no_scope_named(request) else status_for(exc)
-    return JSONResponse(error_body(exc), status_code=status)
+    return JSONResponse(error_body(exc, status), status_code=status, media_type=PROBLEM_JSON)
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Answer FastAPI's request validation error as cortex answers ``InvalidInput``: 422, problem details."""
+    if not isinstance(exc, RequestValidationError):  # registered for it only
+        raise exc
+    errors = jsonable_encoder(exc.errors())
+    detail = "; ".join(
+        f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', '')}"
+        for error in errors
+    )
+    body = problem("InvalidInput", 422, detail or "the request is not valid", errors=errors)
+    return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
 
 
 def _no_scope_named(request: Request) -> bool:
@@ -58,5 +78,6 @@ def _no_scope_named(request: Request) -> bool:
 
 
 def install_error_handlers(app: Starlette) -> None:
-    """Map every :class:`cortex.CortexError` raised by an endpoint to an HTTP answer."""
+    """Answer every :class:`cortex.CortexError` and FastAPI validation error as problem details."""
     app.add_exception_handler(CortexError, cortex_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)

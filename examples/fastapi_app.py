@@ -1,7 +1,8 @@
 """cortex in a FastAPI app: the scope from the request, one store per process, errors as statuses.
 
-Run it with ``CORTEX_DATABASE_URL=postgresql://app_service@db.example/app
-uvicorn examples.fastapi_app:app``. tests/integration/test_asgi.py drives it.
+Run it with ``CORTEX_DATABASE_URL=postgresql://app_service:change-me@localhost/app
+uvicorn --factory examples.fastapi_app:app_from_environment`` (the README's
+roles make that database). tests/integration/test_asgi.py drives it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
 import cortex
-from cortex import NewMessage
+from cortex import ListFilter, NewMessage
 from cortex.asgi import ScopeMiddleware, header
 from cortex.fastapi import install_error_handlers
 
@@ -54,11 +55,20 @@ def create_app(database_url: str) -> FastAPI:
     @app.get("/agents/{agent_id}/messages")
     async def history(agent_id: str, request: Request, last: int = 20) -> dict[str, Any]:
         store: cortex.Store = request.app.state.store
-        session = await store.resolve_session(agent_id)
-        messages = await store.recent_messages(session.id, limit=last)
+        # The conversation's default session if it exists: reading creates nothing.
+        flt = ListFilter(agent_id=agent_id, exact=True, default_only=True, limit=1)
+        found = await store.list_sessions(flt)
+        if not found:
+            return {"messages": []}
+        messages = await store.recent_messages(found[0].id, limit=last)
         return {"messages": [m.model_dump(mode="json") for m in messages]}
 
     return app
 
 
-app = create_app(os.environ.get("CORTEX_DATABASE_URL", "postgresql://localhost/cortex"))
+def app_from_environment() -> FastAPI:
+    """The app on ``CORTEX_DATABASE_URL``; there is no default database to fall back to."""
+    url = os.environ.get("CORTEX_DATABASE_URL")
+    if not url:
+        raise SystemExit("set CORTEX_DATABASE_URL to the application role's database URL")
+    return create_app(url)

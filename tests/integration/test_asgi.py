@@ -142,6 +142,37 @@ async def test_the_example_app(database: Database, tenant: str) -> None:
             history = await client.get(f"{url}?last=1", headers=headers)
             assert [m["content"] for m in history.json()["messages"]] == ["Still there?"]
             assert (await client.get(url)).status_code == 401
+            # Reading a conversation that never started creates nothing.
+            other = {"x-tenant-scope": f"{tenant}/support/user-43"}
+            empty = await client.get(url, headers=other)
+            assert empty.json() == {"messages": []}
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(tenant):
+                assert await store.count_sessions() == 1
+
+
+async def test_every_error_is_a_problem_details_document(store: cortex.Store, tenant: str) -> None:
+    """RFC 9457: cortex's errors, the middleware's refusals and FastAPI's validation errors."""
+    for app in _apps(store):
+        async for client in _client(app):
+            answers = {
+                "NotFound": await client.get(
+                    "/sessions/ses_01m8t6n441eb6r1jsmwk719hhd", headers={"x-scope": tenant}
+                ),
+                "ScopeMissing": await client.get("/sync/scope"),
+                "InvalidInput": await client.post("/sessions/bot", headers={"x-scope": tenant}),
+            }
+            for name, answer in answers.items():
+                assert answer.headers["content-type"] == "application/problem+json", name
+                body = answer.json()
+                assert body["status"] == answer.status_code, body
+                assert body["title"] == body["error"] == name, body
+                assert body["type"] == f"urn:cortex:error:{name}", body
+                assert isinstance(body["detail"], str), body
+                assert body["detail"], body
+            # FastAPI's own validation error names the field it refused.
+            assert answers["InvalidInput"].status_code == 422
+            assert "text" in answers["InvalidInput"].json()["detail"]
 
 
 async def test_scope_from_a_token_claim_with_an_async_callable(
@@ -173,3 +204,11 @@ async def test_scope_from_a_token_claim_with_an_async_callable(
         ok = await client.get("/sync/scope", headers={"authorization": f"Bearer {token.decode()}"})
         assert ok.json() == {"scope": f"{tenant}/u9"}
         assert (await client.get("/sync/scope")).status_code == 401
+
+
+def test_the_example_app_needs_a_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from examples.fastapi_app import app_from_environment
+
+    monkeypatch.delenv("CORTEX_DATABASE_URL", raising=False)
+    with pytest.raises(SystemExit, match="CORTEX_DATABASE_URL"):
+        app_from_environment()

@@ -26,7 +26,14 @@ from cortex.asgi import error_body, status_for
 )
 def test_every_cortex_error_has_a_status(error: cortex.CortexError, status: int) -> None:
     assert status_for(error) == status
-    assert error_body(error) == {"error": type(error).__name__, "detail": "x"}
+    name = type(error).__name__
+    assert error_body(error) == {
+        "type": f"urn:cortex:error:{name}",
+        "title": name,
+        "status": status,
+        "detail": "x",
+        "error": name,
+    }
 
 
 def test_every_public_error_class_is_mapped_deliberately() -> None:
