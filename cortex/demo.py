@@ -84,6 +84,23 @@ def _sessions_table(title: str, sessions: list[Session]) -> Table:
     return table
 
 
+def _refund_question(amount: int) -> NewMessage:
+    """The agent's message asking a human to approve a refund (the session then pauses)."""
+    return NewMessage(
+        "assistant",
+        f"A refund of ${amount} needs a human.",
+        requested_input=RequestedInput(
+            interrupt_id="approve-refund",
+            message=f"Approve a ${amount} refund?",
+            response_schema={
+                "type": "object",
+                "properties": {"approved": {"type": "boolean"}},
+                "required": ["approved"],
+            },
+        ),
+    )
+
+
 async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) -> None:
     """Narrate cortex's main job against ``url`` (a superuser URL when ``embedded``)."""
     started = time.perf_counter()
@@ -222,22 +239,7 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
         console.rule("6. Operators: a paused session, its resume, an abort")
         with use_scope(users[1]):
             ticket = await store.resolve_session("billing-bot")
-            await store.append_message(
-                ticket.id,
-                NewMessage(
-                    "assistant",
-                    "A refund over $100 needs a human.",
-                    requested_input=RequestedInput(
-                        interrupt_id="approve-refund",
-                        message="Approve a $140 refund?",
-                        response_schema={
-                            "type": "object",
-                            "properties": {"approved": {"type": "boolean"}},
-                            "required": ["approved"],
-                        },
-                    ),
-                ),
-            )
+            await store.append_message(ticket.id, _refund_question(140))
         with use_scope(acme):
             waiting = await store.list_sessions(ListFilter(state=SessionState.PAUSED))
             detail = await store.inspect_session(ticket.id)
@@ -266,22 +268,7 @@ async def run_demo(url: str, *, embedded: bool, keep: bool, console: Console) ->
             # A question left waiting, to practise the operator's loop on.
             with use_scope(users[0]):
                 practice = await store.create_session("billing-bot", title="Refund 77")
-                await store.append_message(
-                    practice.id,
-                    NewMessage(
-                        "assistant",
-                        "A refund of $77 needs a human.",
-                        requested_input=RequestedInput(
-                            interrupt_id="approve-refund",
-                            message="Approve a $77 refund?",
-                            response_schema={
-                                "type": "object",
-                                "properties": {"approved": {"type": "boolean"}},
-                                "required": ["approved"],
-                            },
-                        ),
-                    ),
-                )
+                await store.append_message(practice.id, _refund_question(77))
             console.print(
                 literal(
                     f"left {practice.id} paused in {users[0]} to practise on: cortex sessions"
