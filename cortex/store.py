@@ -34,6 +34,7 @@ from cortex._calls.sessions import not_found
 from cortex._db import routines as _routines
 from cortex._db.engine import check_schema, foreign_creators_warning, make_engine
 from cortex._db.executor import Routines, Tx
+from cortex._db.pool import drop_held_on_disconnect, holding_options
 from cortex._db.snapshot import read_snapshot
 from cortex._db.transaction import run_transaction
 from cortex._validate import boundary, encode_json, instance_of
@@ -132,7 +133,8 @@ async def open_store(url: str | URL, **pool_options: Any) -> Store:
         DatabaseUnavailable: the database cannot be reached.
         InvalidInput: the URL names another driver.
     """
-    engine = make_engine(url, manual_transactions=True, **pool_options)
+    engine = make_engine(url, manual_transactions=True, **holding_options(pool_options))
+    drop_held_on_disconnect(engine)
     try:
         state = await check_schema(engine)
         if state.bypasses_rls:

@@ -1,9 +1,11 @@
 """Connections out of the pool and back: checkout, finish, release, cleanups run to completion.
 
-A checkout of an idle, live connection takes no I/O and no greenlet; any
-other runs in a task of its own that a cancelled caller abandons. A
-connection goes back to the pool only when it is known to be outside any
-transaction; otherwise it is closed. :mod:`cortex._db.transaction` runs the
+A store's pool holds its idle connections for cortex's calls, which take
+one and give it back with no I/O and no greenlet; any other checkout runs
+through SQLAlchemy's pool in a task of its own that a cancelled caller
+abandons. A
+connection is kept or goes back to the pool only when it is known to be
+outside any transaction; otherwise it is closed. :mod:`cortex._db.transaction` runs the
 transactions on these connections.
 """
 
@@ -17,9 +19,10 @@ from typing import Any, NamedTuple
 
 import anyio
 import asyncpg
-from sqlalchemy.exc import MissingGreenlet
+from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
+from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from cortex._db.engine import CHECKOUTS
@@ -27,8 +30,11 @@ from cortex.errors import DatabaseUnavailable
 
 __all__ = [
     "Checkout",
+    "HoldingPool",
     "checkout",
+    "drop_held_on_disconnect",
     "finish",
+    "holding_options",
     "release",
     "run_to_completion",
 ]
@@ -44,25 +50,111 @@ class Checkout(NamedTuple):
     pool: Pool  # the engine's pool when the checkout began
 
 
+class HoldingPool(AsyncAdaptedQueuePool):
+    """SQLAlchemy's asyncio queue pool, whose idle connections cortex may hold between calls.
+
+    cortex's calls take and give back a held connection in plain Python, with
+    no greenlet and no I/O; SQLAlchemy's own checkout and return each need a
+    greenlet hop. Any checkout through the pool first gets a held connection
+    back, so nothing else using the engine waits on one, and the pool's
+    counters report held connections as checked in.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.held: list[tuple[PoolProxiedConnection, asyncpg.Connection]] = []
+        self.waiting = 0  # checkouts inside connect(), which a returning call must not starve
+
+    def connect(self) -> PoolProxiedConnection:
+        if self.held:
+            self.held.pop()[0].close()  # into the queue, for this checkout
+        self.waiting += 1
+        try:
+            return super().connect()
+        finally:
+            self.waiting -= 1
+
+    def hold(self, conn: PoolProxiedConnection, driver: asyncpg.Connection) -> bool:
+        """Keep ``conn`` (outside any transaction) for the next call, if nothing waits for it."""
+        if self.waiting or len(self.held) + super().checkedin() >= self.size():
+            return False
+        self.held.append((conn, driver))
+        return True
+
+    def release_held(self) -> list[PoolProxiedConnection]:
+        released = [conn for conn, _ in self.held]
+        self.held.clear()
+        return released
+
+    def dispose(self) -> None:
+        for conn in self.release_held():
+            conn.close()  # checked in, so the pool's dispose closes it
+        super().dispose()
+
+    def checkedin(self) -> int:
+        return super().checkedin() + len(self.held)
+
+    def checkedout(self) -> int:
+        return super().checkedout() - len(self.held)
+
+
+def holding_options(pool_options: dict[str, Any]) -> dict[str, Any]:
+    """``pool_options`` with :class:`HoldingPool`, unless they ask for work at checkout.
+
+    Pre-ping and recycling act in SQLAlchemy's checkout, which a held
+    connection skips; another pool class is the caller's choice.
+    """
+    if (
+        pool_options.get("pool_pre_ping")
+        or pool_options.get("pool_recycle", -1) >= 0
+        or "poolclass" in pool_options
+        or "pool" in pool_options
+        or "creator" in pool_options
+    ):
+        return pool_options
+    return {**pool_options, "poolclass": HoldingPool}
+
+
+def drop_held_on_disconnect(engine: AsyncEngine) -> None:
+    """Close held connections when SQLAlchemy sees a disconnect, as it does its pool's."""
+    event.listen(engine.sync_engine, "handle_error", _on_error)
+
+
+def _on_error(context: ExceptionContext) -> None:
+    pool = context.engine.pool if context.engine is not None else None
+    if (
+        context.is_disconnect
+        and context.invalidate_pool_on_disconnect
+        and isinstance(pool, HoldingPool)
+    ):
+        for conn in pool.release_held():
+            _background(_discard(conn))
+
+
+async def _discard(conn: PoolProxiedConnection) -> None:
+    await greenlet_spawn(conn.invalidate)
+    await greenlet_spawn(conn.close)
+
+
 async def checkout(engine: AsyncEngine) -> Checkout:
     """A pooled connection, its asyncpg connection, and whether the pool just opened it.
 
-    An idle connection that is open and current is taken at once, with no
-    I/O and no await (:func:`_next_idle_is_live`). Any other checkout may
-    open a connection, so it runs in a task of its own and is never
-    cancelled: cancelling it mid-handshake would tear down a half-open
-    connection (asyncpg then reports a lost connection on a future nobody
-    awaits). The caller, though,
-    is free to leave: a cancelled caller returns at once, and the checkout it
-    abandoned puts its connection straight back into the pool when it arrives.
+    A connection cortex holds idle and that is still open is taken at once,
+    with no I/O and no await. Any other checkout goes through SQLAlchemy's
+    pool, which may open a connection, so it runs in a task of its own and is
+    never cancelled: cancelling it mid-handshake would tear down a half-open
+    connection. The caller, though, is free to leave: a cancelled caller
+    returns at once, and the checkout it abandoned puts its connection
+    straight back into the pool when it arrives.
     """
     pool = engine.sync_engine.pool
-    if _idle_waiting(pool) and _next_idle_is_live(pool):
-        # An idle connection that is open and current: taken with no I/O, so
-        # nothing can interrupt the checkout half-way, and without a greenlet.
-        taken = _take_idle(pool)
-        if taken is not None:
-            return await _checked(engine, pool, taken)
+    if isinstance(pool, HoldingPool):
+        while pool.held:
+            conn, driver = pool.held.pop()
+            if not driver.is_closed():
+                return Checkout(conn, driver, False, engine, pool)
+            # The server closed it while it sat idle: its pool slot is freed first.
+            await run_to_completion(_discard(conn))
     task = asyncio.ensure_future(_open(engine))
     # Held until it ends: asyncio keeps only a weak reference to a task, and
     # once its caller has left, a checkout collected mid-connect would close
@@ -75,70 +167,6 @@ async def checkout(engine: AsyncEngine) -> Checkout:
         # The checkout may even have finished already: _abandon runs either way.
         task.add_done_callback(_abandon)
         raise
-
-
-def _idle_waiting(pool: Pool) -> bool:
-    """Whether a checkout takes an idle connection without touching the network.
-
-    True for cortex's queue pool holding an idle connection, without a
-    pre-ping or recycling (either may send or reconnect at checkout).
-    """
-    return (
-        isinstance(pool, QueuePool)
-        and pool.checkedin() > 0
-        and getattr(pool, "_pre_ping", True) is False
-        and getattr(pool, "_recycle", 0) < 0
-    )
-
-
-def _next_idle_is_live(pool: Pool) -> bool:
-    """Whether the idle connection the pool hands out next is open and current.
-
-    Then taking it needs no I/O. SQLAlchemy reopens a slot at checkout when
-    its connection was dropped (by cortex, or by SQLAlchemy itself on a
-    disconnect or a garbage-collected checkout) or predates an invalidation
-    of the pool or of the slot; that reconnect must run in a greenlet, in
-    the checkout's own task. This reads the record at the head of the pool's
-    queue (the tail with ``use_lifo``) and the times
-    ``_ConnectionRecord.get_connection`` compares; anything it does not
-    recognise (another pool or queue class) counts as not live.
-    """
-    adapted = getattr(pool, "_pool", None)
-    queue = getattr(adapted, "_queue", None)
-    waiting = getattr(queue, "_queue", None)
-    if not isinstance(queue, asyncio.Queue) or not waiting:
-        return False
-    record = waiting[-1] if isinstance(queue, asyncio.LifoQueue) else waiting[0]
-    started = getattr(record, "starttime", None)
-    invalidated = getattr(pool, "_invalidate_time", None)
-    soft = getattr(record, "_soft_invalidate_time", None)
-    return (
-        getattr(record, "dbapi_connection", None) is not None
-        and isinstance(started, int | float)
-        and isinstance(invalidated, int | float)
-        and isinstance(soft, int | float)
-        and invalidated <= started
-        and soft <= started
-    )
-
-
-def _take_idle(pool: Pool) -> PoolProxiedConnection | None:
-    """The live idle connection :func:`_next_idle_is_live` saw, checked out without a greenlet.
-
-    SQLAlchemy's asyncio pool runs a checkout in a greenlet so that it may
-    await the network; taking an open, current connection from its queue
-    never does, so the greenlet's cost is saved (docs/benchmarks.md).
-    """
-    try:
-        return pool.connect()
-    except MissingGreenlet:  # never expected: SQLAlchemy puts the slot back
-        log.debug("an idle checkout needed I/O", exc_info=True)
-        return None
-
-
-def _returns_quietly(pool: Pool) -> bool:
-    """Whether a clean connection goes back into the pool without I/O (no overflow to close)."""
-    return isinstance(pool, QueuePool) and pool.checkedin() < pool.size()
 
 
 async def _open(engine: AsyncEngine) -> Checkout:
@@ -162,41 +190,22 @@ async def _checked(engine: AsyncEngine, pool: Pool, conn: PoolProxiedConnection)
 
 
 async def finish(checkout: Checkout) -> None:
-    """Return a connection after a call that completed: to the pool if idle, else closed.
+    """Return a connection after a call that completed: held for the next call, pooled, or closed.
 
-    Inline (no task) when that cannot suspend: an idle connection going back
-    into a pool with room for it, which touches no network; otherwise run
-    to completion, whatever cancels the caller.
+    A connection outside any transaction is held by the pool for the next
+    call (no I/O) when nothing waits for it (:class:`HoldingPool`); anything
+    else runs to completion whatever cancels the caller.
     """
-    conn, driver = checkout.conn, checkout.driver
+    conn, driver, pool = checkout.conn, checkout.driver, checkout.pool
     if (
-        not driver.is_closed()
+        isinstance(pool, HoldingPool)
+        and checkout.engine.sync_engine.pool is pool
+        and not driver.is_closed()
         and not driver.is_in_transaction()
-        and _returns_quietly(checkout.pool)
-        and checkout.engine.sync_engine.pool is checkout.pool
+        and pool.hold(conn, driver)
     ):
-        if _resets_quietly(conn):
-            # The reset is a no-op and the slot is free: no I/O, no greenlet.
-            conn.close()
-        else:
-            await greenlet_spawn(conn.close)
         return
     await run_to_completion(release(conn, driver, trusted=True))
-
-
-def _resets_quietly(conn: PoolProxiedConnection) -> bool:
-    """Whether checking ``conn`` in resets it without I/O: SQLAlchemy began no transaction on it.
-
-    The pool's reset-on-return rolls back through SQLAlchemy's asyncpg adapter,
-    which only awaits the driver when it began a transaction itself; cortex
-    sends its own BEGIN and COMMIT, so it never has.
-    """
-    adapted = conn.dbapi_connection
-    return (
-        adapted is not None
-        and getattr(adapted, "_transaction", True) is None
-        and getattr(adapted, "_started", False) is False
-    )
 
 
 def _driver(driver: Any) -> asyncpg.Connection:

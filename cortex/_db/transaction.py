@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from cortex._db.executor import NeedsTransaction, Routines, Row, Tx
-from cortex._db.pool import checkout, finish, release, run_to_completion
+from cortex._db.pool import Checkout, checkout, finish, release, run_to_completion
 from cortex._sql.tables import TENANT_SETTING
 from cortex.errors import (
     RETRYABLE_SQLSTATES,
@@ -190,7 +190,8 @@ async def _attempt(
     body: Callable[[Tx], Awaitable[T]],
     custom_plans: bool,
 ) -> T:
-    conn, driver, fresh, _, _ = await checkout(engine)
+    held = await checkout(engine)
+    conn, driver, fresh = held.conn, held.driver, held.fresh
     # From here every path ends in release (through _commit or
     # discard_transaction), run to completion in a task of its own: a cancel
     # that lands during the rollback (asyncio can cancel a task twice) must
@@ -209,7 +210,7 @@ async def _attempt(
     except BaseException as failure:
         await run_to_completion(discard_transaction(conn, driver, failure))
         raise
-    await run_to_completion(_commit(conn, driver))
+    await run_to_completion(_commit(held))
     return result
 
 
@@ -260,13 +261,13 @@ async def _autocommit(
     return result
 
 
-async def _commit(conn: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
+async def _commit(held: Checkout) -> None:
     try:
-        await driver.execute("COMMIT")
+        await held.driver.execute("COMMIT")
     except BaseException as failure:
-        await discard_transaction(conn, driver, failure)
+        await discard_transaction(held.conn, held.driver, failure)
         raise
-    await release(conn, driver, trusted=True)
+    await finish(held)
 
 
 async def discard_transaction(

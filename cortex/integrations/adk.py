@@ -455,10 +455,14 @@ class CortexSessionService(BaseSessionService):
             raise InvalidInput(f"event: expected an ADK Event, got {type(event).__name__}")
         if event.partial:
             return event
-        self._apply_temp_state(session, event)
-        event = self._trim_temp_delta_state(event)
-        delta = event.actions.state_delta if event.actions else {}
-        app, user, own = _split(delta or {})
+        # temp: keys live in the in-memory session for this invocation only, never stored.
+        delta = (event.actions.state_delta if event.actions else None) or {}
+        temp = {k: v for k, v in delta.items() if k.startswith(State.TEMP_PREFIX)}
+        session.state.update(temp)
+        if temp:
+            event.actions.state_delta = {k: v for k, v in delta.items() if k not in temp}
+            delta = event.actions.state_delta
+        app, user, own = _split(delta)
         app_scope = self.app_scope(session.app_name)
         user_scope = app_scope.child(segment(session.user_id))
         scope_data = {str(s): d for s, d in ((app_scope, app), (user_scope, user)) if d}
@@ -502,7 +506,7 @@ class CortexSessionService(BaseSessionService):
                 raise SessionMissing(f"Session {session.id} not found.")
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(sid, stored.seq)
-        return self._commit_event_to_session(session, event)
+        return await super().append_event(session, event)
 
     # --- helpers ------------------------------------------------------------------
 

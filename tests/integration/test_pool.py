@@ -16,6 +16,7 @@ import warnings
 
 import asyncpg
 import pytest
+import sqlalchemy as sa
 
 import cortex
 from cortex import NewMessage, use_scope
@@ -67,3 +68,74 @@ async def test_a_dropped_connection_is_opened_again_through_the_greenlet_path(
                 assert hops == []  # and the next call is back on the fast path
             gc.collect()
         assert pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_checkout_waiting_on_the_pool_gets_the_connection_a_call_returns(
+    database: Database, owner_conn: asyncpg.Connection, tenant: str
+) -> None:
+    # The only connection is busy in a blocked call when another user of the
+    # engine starts waiting for it: when the call ends, the waiter gets it
+    # rather than the pool holding it idle until the waiter times out.
+    async with cortex.connect(
+        store_url(database), pool_size=1, max_overflow=0, pool_timeout=5
+    ) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+        await owner_conn.execute("BEGIN")
+        await owner_conn.execute("SELECT 1 FROM sessions FOR UPDATE")
+        try:
+            with use_scope(tenant):
+                blocked = asyncio.ensure_future(
+                    store.append_message(s.id, NewMessage("user", "blocked"))
+                )
+                await asyncio.sleep(0.3)
+
+            async def health_check() -> int:
+                async with store.engine.connect() as conn:
+                    return int(await conn.scalar(sa.text("SELECT 1")))
+
+            waiter = asyncio.ensure_future(health_check())
+            await asyncio.sleep(0.3)
+            assert not waiter.done()
+        finally:
+            await owner_conn.execute("ROLLBACK")
+        await blocked
+        assert await asyncio.wait_for(waiter, 3) == 1
+        assert store.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_another_user_of_the_engine_gets_a_held_connection_at_once(
+    database: Database, tenant: str
+) -> None:
+    async with cortex.connect(
+        store_url(database), pool_size=1, max_overflow=0, pool_timeout=2
+    ) as store:
+        with use_scope(tenant):
+            await store.create_session("bot")  # the pool's one connection, now held
+        pool = store.engine.sync_engine.pool
+        assert (pool.checkedin(), pool.checkedout()) == (1, 0)  # type: ignore[attr-defined]
+        async with store.engine.connect() as conn:
+            assert await conn.scalar(sa.text("SELECT 1")) == 1
+        with use_scope(tenant):
+            assert len(await store.list_sessions()) == 1
+
+
+async def test_closing_the_store_closes_the_connections_it_held(
+    database: Database, owner_conn: asyncpg.Connection, tenant: str
+) -> None:
+    async with cortex.connect(store_url(database), pool_size=3, max_overflow=0) as store:
+        with use_scope(tenant):
+            s = await store.create_session("bot")
+            await asyncio.gather(*(store.get_session(s.id) for _ in range(3)))
+        assert store.engine.sync_engine.pool.checkedin() == 3  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no connection left for the garbage collector
+        gc.collect()
+    for _ in range(50):
+        left = await owner_conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1", database.app_role
+        )
+        if left == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert left == 0
