@@ -157,8 +157,6 @@ def test_newcomer_path(migrated: dict[str, str], tmp_path: Path) -> None:
     assert _run_python(code, tmp_path, "quick_start", newcomer["app"]) == [
         "2 Let me check.",
         "['My invoice is wrong', 'Let me check.']",
-        "[]",
-        "2 ['Let me check.']",
         "1 Invoice dispute",
         "0",
         "isolated",
