@@ -29,7 +29,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from alembic import context
-from cortex._db.engine import make_engine, normalise_url
+from cortex._db.engine import normalise_url, one_off_engine
 from cortex._revision_helpers import ddl_v1
 from cortex._sql.tables import metadata
 from cortex.migrate import (
@@ -181,12 +181,9 @@ async def run_migrations_online() -> None:
     if connectable is not None:
         _do_run_migrations(connectable)
         return
-    engine = make_engine(_url(), poolclass=sa.pool.NullPool)
-    try:
-        async with engine.connect() as connection:
-            await connection.run_sync(_do_run_migrations)
-    finally:
-        await engine.dispose()
+    # Database errors stay SQLAlchemy's here: cortex.cli translates them for its commands.
+    async with one_off_engine(_url()) as engine, engine.connect() as connection:
+        await connection.run_sync(_do_run_migrations)
 
 
 if context.is_offline_mode():

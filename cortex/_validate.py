@@ -241,9 +241,8 @@ def decode_json(text: str) -> Any:
     if text == "{}":
         return {}  # most metadata
     if len(text) < _LONG or not has_long_digit_run(text):
-        # orjson decodes several times faster and gives exactly what json.loads
-        # gives, except for an integer past 64 bits (it returns a float: the
-        # scan keeps every text that may hold one off it).
+        # orjson is the faster decoder and gives exactly what json.loads gives,
+        # except for an integer past 64 bits (a float: the scan keeps such text off it).
         return decode_json_of_strings(text)
     return json.loads(text)
 
@@ -275,8 +274,7 @@ def has_long_digit_run(text: str) -> bool:
     """Whether ``text`` holds 19 ASCII digits in a row (``[0-9]{19}``).
 
     Three C passes (encode, translate, find) instead of a regular
-    expression: a state document's text is checked whole each time it is
-    read, and ``re`` stepped through 50 KB of prose in 330 µs where this
-    takes 25 (docs/benchmarks.md).
+    expression, which costs far more on long text: a state document's text
+    is checked whole each time it is read (docs/benchmarks.md, 2026-12-01).
     """
     return text.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES).find(_DIGIT_RUN) != -1

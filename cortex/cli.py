@@ -29,7 +29,7 @@ import io
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -68,7 +68,7 @@ from cortex._db.engine import (
     FOREIGN_CREATORS_SQL,
     SCHEMA_REVISION,
     foreign_creators_warning,
-    make_engine,
+    one_off_connection,
 )
 from cortex._version import __version__
 from cortex.errors import (
@@ -105,18 +105,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _script() -> ScriptDirectory:
     return ScriptDirectory.from_config(migrate.alembic_config())
-
-
-@contextlib.asynccontextmanager
-async def _connected(url: str) -> AsyncIterator[AsyncConnection]:
-    """One connection for all of a command's reads, on an engine of its own."""
-    engine = make_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with translate_errors():
-            async with engine.connect() as conn:
-                yield conn
-    finally:
-        await engine.dispose()
 
 
 async def _column(conn: AsyncConnection, sql: str) -> list[str]:
@@ -162,7 +150,7 @@ class _Report(NamedTuple):
 
 
 async def _report(url: str) -> _Report:
-    async with _connected(url) as conn:
+    async with one_off_connection(url) as conn:
         revisions = await _revisions(conn)
         serves_from = None
         if await conn.scalar(
@@ -214,7 +202,7 @@ def _run_alembic(action: Callable[[], _T], url: str) -> _T:
 
 async def _who_may_migrate(url: str) -> str:
     """Why a migration was refused its rights, naming the role it needs."""
-    async with _connected(url) as conn:
+    async with one_off_connection(url) as conn:
         user = await conn.scalar(sa.text("SELECT current_user::text"))
         owner = await conn.scalar(
             sa.text(
@@ -472,7 +460,7 @@ _NOT_OWNER: Final = (
 
 async def _grant(url: str, role: str, statements: list[str]) -> list[str]:
     """Grant ``role`` what cortex needs; who else may create on the search path."""
-    async with _connected(url) as conn:
+    async with one_off_connection(url) as conn:
         try:
             async with conn.begin():
                 await _check_grant_target(conn, role)

@@ -45,10 +45,10 @@ from sqlalchemy.util import await_only
 
 from alembic import command
 from cortex._db import routines as _routines
-from cortex._db.engine import make_engine, normalise_url
+from cortex._db.engine import normalise_url, one_off_connection, tables_distributed
 from cortex._revision_helpers import backfill_v1, ddl_v1
 from cortex._revision_helpers.citus_v1 import CITUS_FLOOR, distribute_tables_sql
-from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
+from cortex.errors import InvalidInput, SchemaMismatch
 
 __all__ = [
     "BACKFILL_REVISION",
@@ -165,13 +165,13 @@ def distribution_of(connection: Connection) -> Distribution:
     ).scalar()
     if citus is None:
         return Distribution(False, "not distributed (plain PostgreSQL)")
-    rows = connection.execute(sa.text(_DISTRIBUTION_SQL)).all()
     workers = connection.execute(
         sa.text("SELECT count(*) FROM pg_catalog.pg_dist_node WHERE groupid <> 0 AND isactive")
     ).scalar()
     on = f"Citus {citus}, {workers} workers"
-    if not rows:
+    if not tables_distributed(connection):
         return Distribution(False, f"not distributed ({on}; run `cortex db upgrade`)")
+    rows = connection.execute(sa.text(_DISTRIBUTION_SQL)).all()
     groups = {row.colocationid for row in rows}
     tables = ", ".join(f"{row.name} ({row.kind})" for row in rows)
     together = "co-located" if len(groups) == 1 else f"in {len(groups)} co-location groups"
@@ -276,7 +276,7 @@ def check_distributed_downgrade(conn: Connection, script: ScriptDirectory, targe
         InvalidInput: the database is distributed and ``target`` lies below
             :data:`CITUS_FLOOR` (or is not a revision of this history).
     """
-    if not ddl_v1.sessions_distributed(conn):
+    if not tables_distributed(conn):
         return
     heads = MigrationContext.configure(conn).get_current_heads()
     try:
@@ -331,7 +331,7 @@ def backfill(
                     f"database is at {', '.join(heads) or 'base'}: the backfill runs as "
                     f"revision {BACKFILL_REVISION}; run `cortex db upgrade`"
                 )
-            if ddl_v1.sessions_distributed(conn):
+            if tables_distributed(conn):
                 raise InvalidInput(
                     "cortex db backfill runs on local tables only: a distributed (Citus) database"
                     f" sessioned its legacy rows at revision {CITUS_FLOOR}, before its tables were"
@@ -362,13 +362,8 @@ def backfill(
             conn.commit()
 
     async def main() -> backfill_v1.Totals:
-        engine = make_engine(url, poolclass=sa.pool.NullPool)
-        try:
-            with translate_errors():
-                async with engine.connect() as conn:
-                    return await conn.run_sync(run)
-        finally:
-            await engine.dispose()
+        async with one_off_connection(url) as conn:
+            return await conn.run_sync(run)
 
     return asyncio.run(main())
 
@@ -434,7 +429,7 @@ def install_routines(connection: Connection, script: ScriptDirectory) -> None:
     On Citus each is distributed by its tenant argument, so a call runs on
     the worker holding the tenant's shards.
     """
-    distributed = bool(connection.execute(sa.text(_CITUS_SQL)).scalar())
+    distributed = tables_distributed(connection)
     if distributed:
         # create_distributed_function needs one connection per node throughout.
         connection.execute(sa.text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'"))
@@ -454,9 +449,6 @@ def install_routines(connection: Connection, script: ScriptDirectory) -> None:
     )
     if created or dropped:
         log.info("routines: %d created, %d dropped", created, dropped)
-
-
-_CITUS_SQL: Final = "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')"
 
 
 def regrant_sql(connection: Connection) -> list[str]:
@@ -546,7 +538,7 @@ def record_compatibility(connection: Connection, script: ScriptDirectory) -> Non
         ),
         {
             "code": oldest_compatible_code(
-                script, heads[0], distributed=ddl_v1.sessions_distributed(connection)
+                script, heads[0], distributed=tables_distributed(connection)
             )
         },
     )

@@ -419,11 +419,9 @@ _set: Final = object.__setattr__
 def _slot_setter(name: str) -> Callable[[Any, Any], None]:
     """Set BaseModel's slot ``name`` on an instance straight through its descriptor.
 
-    ``object.__setattr__`` looks the name up along the class's MRO first:
-    ``from_database`` alone took 2.2 µs that way against 0.9-1.1 µs through
-    the descriptors in a ``timeit`` loop; in a listing's own loop a row costs
-    0.3-0.5 µs less (docs/benchmarks.md, 2026-12-01). Should pydantic stop
-    declaring the slot, the lookup is done as before.
+    ``object.__setattr__`` looks the name up along the class's MRO first, a
+    cost every listed row pays (docs/benchmarks.md, 2026-12-01). Should
+    pydantic stop declaring the slot, the setter falls back on that lookup.
     """
     slot = BaseModel.__dict__.get(name)
     setter = getattr(slot, "__set__", None)

@@ -12,19 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-import asyncpg
-
+from cortex._calls.constraints import Writing, refusals
 from cortex._calls.operator import record_inputs
 from cortex._calls.rows import row_to_message, row_to_session
 from cortex._calls.sessions import (
-    data_too_large,
     deltas_digest,
     merge_scope_data,
     not_found,
     select_session,
 )
 from cortex._db.executor import Row, Tx
-from cortex._db.transaction import RetryTransaction
 from cortex._sql import messages as sql
 from cortex._sql.params import (
     AFTER_SEQ,
@@ -71,6 +68,7 @@ from cortex._sql.params import (
     row_name,
 )
 from cortex._sql.predicates import depth_class, scope_params
+from cortex._sql.tables import DATA_SIZE_REPORTED, PK_MESSAGES
 from cortex._validate import encode_json, encoded_again
 from cortex.errors import Conflict, InvalidInput
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
@@ -414,7 +412,11 @@ async def append_messages(
         extra[DATA_DELTA] = data_delta
     if expected_count is not None:
         extra[EXPECTED_COUNT] = expected_count
-    try:
+    # A concurrent append stored these caller-chosen ids: run again, and the
+    # look-up above tells a replay from a clash.
+    retry = [PK_MESSAGES] if any(batch.keyed) else []
+    writing = Writing(scope, session_id=session_id)
+    with refusals(writing, [PK_MESSAGES, DATA_SIZE_REPORTED], retry=retry):
         if distributed:
             rows = await _append_routed(conn, scope, session_id, batch, extra, digest)
         else:
@@ -425,12 +427,6 @@ async def append_messages(
             values = (_one_params if single else _append_params)(scope, session_id, batch, digest)
             params = {**values, **extra}
             rows = (await conn.execute(stmt, params)).all()
-    except asyncpg.CheckViolationError as exc:
-        raise data_too_large(exc) from exc
-    except asyncpg.UniqueViolationError as exc:
-        if any(batch.keyed):
-            raise RetryTransaction from exc  # a concurrent append stored these ids; look again
-        raise
     if not rows:
         if expected_count is not None:
             # Visible but holding another count: someone appended (or

@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from typing import Any, Final
+from typing import Any
 
-import asyncpg
-
+from cortex._calls.constraints import Writing, refusal, refusals
 from cortex._calls.rows import ancestors, decode_data, page_sessions, row_to_session
 from cortex._db.executor import Row, Tx
 from cortex._db.transaction import RetryTransaction
@@ -57,15 +56,21 @@ from cortex._sql.predicates import (
     searches_tenant,
     tenant_search_statement,
 )
+from cortex._sql.tables import (
+    DATA_SIZE_REPORTED,
+    PK_SESSIONS,
+    SCOPE_DATA_SIZE,
+    UQ_SESSIONS_DEFAULT,
+    UQ_SESSIONS_KEY,
+)
 from cortex._validate import decode_json_of_strings
-from cortex.errors import Conflict, InvalidInput, NotFound, constraint_of
+from cortex.errors import InvalidInput, NotFound
 from cortex.ids import SESSION_PREFIX, format_id, new_uuid
-from cortex.models import MAX_DATA_BYTES, ListFilter, Session
+from cortex.models import ListFilter, Session
 from cortex.scope import Scope
 
 __all__ = [
     "count_sessions",
-    "data_too_large",
     "delete_session",
     "deltas_digest",
     "insert_session",
@@ -82,32 +87,6 @@ __all__ = [
     "set_default",
     "update_session",
 ]
-
-_UQ_DEFAULT: Final = "uq_sessions_default"
-_UQ_KEY: Final = "uq_sessions_key"
-
-
-def _default_clash(exc: asyncpg.UniqueViolationError, *, wrote_default: bool) -> bool:
-    """Whether a unique violation on sessions hit uq_sessions_default (not the primary key).
-
-    sessions has exactly those two unique indexes. The reported name decides
-    (cortex.errors.constraint_of maps a Citus shard's copy back). A Citus
-    coordinator relays a worker's error without the constraint field, and
-    cortex never reads the localised message; then the statement decides:
-    only a row written with is_default = true can hit the default index, and
-    where a row is written as a default its id cannot clash (a generated
-    UUIDv7, or a caller-chosen id checked under that id's advisory lock).
-    """
-    name = constraint_of(exc)
-    return wrote_default if name is None else name == _UQ_DEFAULT
-
-
-def data_too_large(exc: asyncpg.CheckViolationError) -> InvalidInput:
-    """The refusal for a state document the delta would grow past MAX_DATA_BYTES."""
-    return InvalidInput(
-        f"data: a state document may hold at most {MAX_DATA_BYTES} bytes as stored"
-        f" ({constraint_of(exc)})"
-    )
 
 
 def deltas_digest(data_delta: str | None, scope_deltas: dict[str, str] | None = None) -> bytes:
@@ -201,7 +180,7 @@ async def insert_session(
         SCOPE_TENANT: scope.tenant,
         **scope_columns(scope),
     }
-    taken = f"session id {format_id(SESSION_PREFIX, session_id)} is already taken"
+    writing = Writing(scope, session_id=session_id, agent_id=agent_id, key=key)
     if caller_chosen_id:
         await lock_session_id(conn, scope, session_id)
         lookup = {
@@ -213,33 +192,27 @@ async def insert_session(
         if existing is not None:
             if existing["same"]:
                 return row_to_session(existing)
-            raise Conflict(taken)
+            raise refusal(PK_SESSIONS, writing)
         if distributed:
             parked = {k: params[k] for k in (SCOPE_TENANT, TARGET_ID, NEW_SCOPE)}
             params[NEW_IS_INTERRUPTED] = (
                 await conn.execute(sql.parked_statement(), parked)
             ).scalar_one()
-    try:
+    # Only a row written as a default can meet uq_sessions_default, and only a
+    # keyed one uq_sessions_key; where either is written, the id cannot clash
+    # (a fresh UUIDv7, or a caller-chosen one checked free under its lock).
+    could = [
+        *([UQ_SESSIONS_DEFAULT] if is_default else []),
+        *([UQ_SESSIONS_KEY] if key is not None else []),
+        PK_SESSIONS,
+        DATA_SIZE_REPORTED,
+    ]
+    # A concurrent create of a caller-chosen id committed while we inserted:
+    # run again, and the check above tells a retry from a clash.
+    retry = [PK_SESSIONS] if caller_chosen_id else []
+    with refusals(writing, could, retry=retry):
         stmt = sql.insert_statement(caller_chosen_id, distributed)
         row = (await conn.execute(stmt, params)).one()
-    except asyncpg.CheckViolationError as exc:
-        raise data_too_large(exc) from exc
-    except asyncpg.UniqueViolationError as exc:
-        if _default_clash(exc, wrote_default=is_default):
-            raise Conflict(f"agent {agent_id!r} already has a default session in {scope}") from exc
-        name = constraint_of(exc)
-        # A Citus coordinator may relay the error without its constraint: the
-        # id was checked free under its lock (or is a fresh UUIDv7), and a
-        # default clash was decided above, so with a key it is the key's.
-        if name == _UQ_KEY or (name is None and key is not None):
-            raise Conflict(
-                f"agent {agent_id!r} already has a session keyed {key!r} in {scope}"
-            ) from exc
-        if caller_chosen_id:
-            # A concurrent create of this id committed while we inserted:
-            # run again, and the check above tells a retry from a clash.
-            raise RetryTransaction from exc
-        raise Conflict(taken) from exc
     if scope_deltas:
         await merge_scope_data(conn, scope, session_id, scope_deltas)
         # Read again: the merged view now includes the scopes' documents.
@@ -437,12 +410,9 @@ async def set_default(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Session:
         TARGET_ID: session_id,
     }
     await conn.execute(demote, params)
-    try:
+    writing = Writing(scope, session_id=session_id, agent_id=target.agent_id)
+    with refusals(writing, [UQ_SESSIONS_DEFAULT], retry=[UQ_SESSIONS_DEFAULT]):
         row = (await conn.execute(promote, params)).one()
-    except asyncpg.UniqueViolationError as exc:
-        if _default_clash(exc, wrote_default=True):  # the promote writes is_default = true
-            raise RetryTransaction from exc
-        raise
     return row_to_session(row)
 
 
@@ -512,10 +482,8 @@ async def merge_scope_data(
         D_SCOPES: paths,
         D_DATA: [deltas[p] for p in paths],
     }
-    try:
+    with refusals(Writing(scope, session_id=session_id), [SCOPE_DATA_SIZE]):
         written = (await conn.execute(sql.scope_data_statement(), params)).all()
-    except asyncpg.CheckViolationError as exc:
-        raise data_too_large(exc) from exc
     if len(written) != len(paths):
         missed = sorted(set(paths) - {row["scope"] for row in written})
         raise InvalidInput(

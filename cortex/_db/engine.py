@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from cortex._db.executor import Row
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
@@ -32,6 +34,9 @@ __all__ = [
     "foreign_creators_warning",
     "make_engine",
     "normalise_url",
+    "one_off_connection",
+    "one_off_engine",
+    "tables_distributed",
 ]
 
 log = logging.getLogger("cortex")
@@ -237,6 +242,28 @@ def make_engine(
     return engine
 
 
+@asynccontextmanager
+async def one_off_engine(url: str | URL) -> AsyncIterator[AsyncEngine]:
+    """An engine for one command, with no pool to outlive it: disposed on the way out."""
+    engine = make_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def one_off_connection(url: str | URL) -> AsyncIterator[AsyncConnection]:
+    """One connection for all of a command's work, on a :func:`one_off_engine`.
+
+    Raises:
+        CortexError: every database-layer failure, translated, cause chained.
+    """
+    with translate_errors():
+        async with one_off_engine(url) as engine, engine.connect() as conn:
+            yield conn
+
+
 class SchemaState(NamedTuple):
     """What :func:`check_schema` learnt about the database besides its revision."""
 
@@ -249,12 +276,21 @@ class SchemaState(NamedTuple):
 
 
 # pg_dist_partition exists only with the citus extension: asked only then.
-DISTRIBUTED_SQL: Final = """
+_CITUS_SQL: Final = "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+_DISTRIBUTED_SQL: Final = """
 SELECT EXISTS (
     SELECT FROM pg_catalog.pg_dist_partition
     WHERE logicalrelid = pg_catalog.to_regclass('sessions')
 )
 """
+
+
+def tables_distributed(connection: Connection) -> bool:
+    """Whether Citus distributes cortex's tables (``sessions``, the co-location anchor, says)."""
+    if not connection.execute(sa.text(_CITUS_SQL)).scalar():
+        return False
+    return bool(connection.execute(sa.text(_DISTRIBUTED_SQL)).scalar())
+
 
 # Every schema on the connection's search path in which a role other than
 # cortex's owner (the owner of ``sessions``), a member of it or a superuser may
@@ -381,10 +417,7 @@ async def check_schema(engine: AsyncEngine, expected: str = SCHEMA_REVISION) -> 
                     " WHERE rolname = current_user"
                 )
             )
-            citus = await conn.scalar(
-                sa.text("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")
-            )
-            distributed = bool(citus) and bool(await conn.scalar(sa.text(DISTRIBUTED_SQL)))
+            distributed = await conn.run_sync(tables_distributed)
             shadowed = (await conn.scalars(sa.text(SHADOWED_TABLES_SQL))).all()
             creators = tuple(
                 str(c) for c in (await conn.scalars(sa.text(FOREIGN_CREATORS_SQL))).all()

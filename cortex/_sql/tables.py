@@ -15,9 +15,16 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import BYTEA, JSON, JSONB, UUID
+from sqlalchemy.sql.naming import conv
 
 __all__ = [
+    "DATA_SIZE_REPORTED",
+    "PK_MESSAGES",
+    "PK_SESSIONS",
+    "SCOPE_DATA_SIZE",
     "TENANT_SETTING",
+    "UQ_SESSIONS_DEFAULT",
+    "UQ_SESSIONS_KEY",
     "bounded_data",
     "messages",
     "metadata",
@@ -33,6 +40,16 @@ __all__ = [
 # transaction; unset (NULL or '') matches no row, so a forgotten binding
 # fails closed.
 TENANT_SETTING: Final = "cortex.tenant"
+
+# The names of the constraints and unique indexes a cortex call can violate,
+# as PostgreSQL reports them; cortex._calls.constraints maps each to its error.
+PK_SESSIONS: Final = "pk_sessions"
+UQ_SESSIONS_DEFAULT: Final = "uq_sessions_default"
+UQ_SESSIONS_KEY: Final = "uq_sessions_key"
+PK_MESSAGES: Final = "pk_messages"
+SCOPE_DATA_SIZE: Final = "ck_scope_data_data_size"
+# Not a constraint of the schema: the name bounded_data's function reports.
+DATA_SIZE_REPORTED: Final = "ck_sessions_data_size"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -128,7 +145,7 @@ sessions = sa.Table(
     # of that create's scope_data deltas (revision 20261204000019), which a
     # retry of the create must match; NULL otherwise.
     sa.Column("scope_deltas_digest", BYTEA(), nullable=True),
-    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.PrimaryKeyConstraint("tenant_id", "id", name=conv(PK_SESSIONS)),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
     sa.CheckConstraint("pending_count >= 0", name="pending_count"),
     sa.CheckConstraint("message_count >= 0", name="message_count"),
@@ -147,7 +164,7 @@ def bounded_data(document: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
     """``document`` (jsonb) as written into ``sessions.data``, refused past the size limit.
 
     ``cortex_bounded_data`` (revision 20261202000017) raises check_violation
-    naming ``ck_sessions_data_size`` when the document's text is longer than
+    naming :data:`DATA_SIZE_REPORTED` when the document's text is longer than
     cortex.models.MAX_DATA_BYTES; every statement that writes the column
     calls it, so the limit costs nothing when the document does not change.
     """
@@ -207,7 +224,7 @@ sa.Index(
 )
 # At most one default per (agent, exact scope): the database, not the code, enforces it.
 sa.Index(
-    "uq_sessions_default",
+    UQ_SESSIONS_DEFAULT,
     sessions.c.tenant_id,
     sessions.c.agent_id,
     sessions.c.scope,
@@ -216,7 +233,7 @@ sa.Index(
 )
 # A host-chosen key names one session per (agent, exact scope).
 sa.Index(
-    "uq_sessions_key",
+    UQ_SESSIONS_KEY,
     sessions.c.tenant_id,
     sessions.c.agent_id,
     sessions.c.scope,
@@ -303,7 +320,7 @@ messages = sa.Table(
     # its downgrade find their rows by it.
     sa.Column("agent_id", sa.Text(), nullable=True),
     sa.Column("scope", sa.Text(), nullable=True),
-    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.PrimaryKeyConstraint("tenant_id", "id", name=conv(PK_MESSAGES)),
     sa.ForeignKeyConstraint(
         ["tenant_id", "session_id"],
         ["sessions.tenant_id", "sessions.id"],
@@ -412,5 +429,5 @@ scope_data = sa.Table(
     ),
     sa.PrimaryKeyConstraint("tenant_id", "scope"),
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
-    sa.CheckConstraint("octet_length(data::text) <= 1048576", name="data_size"),
+    sa.CheckConstraint("octet_length(data::text) <= 1048576", name=conv(SCOPE_DATA_SIZE)),
 )
