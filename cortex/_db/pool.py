@@ -98,6 +98,11 @@ class HoldingPool(AsyncAdaptedQueuePool):
         return super().checkedout() - len(self.held)
 
 
+# SQLAlchemy names a pool's logger after its class's module: under sqlalchemy.pool,
+# echo_pool and the sqlalchemy.pool logger cover this pool as they do their own.
+HoldingPool.__module__ = "sqlalchemy.pool"
+
+
 def holding_options(pool_options: dict[str, Any]) -> dict[str, Any]:
     """``pool_options`` with :class:`HoldingPool`, unless they ask for work at checkout.
 
