@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import warnings
 
 import asyncpg
@@ -139,3 +140,13 @@ async def test_closing_the_store_closes_the_connections_it_held(
             break
         await asyncio.sleep(0.05)
     assert left == 0
+
+
+async def test_the_pool_logs_under_sqlalchemy_not_cortex(
+    database: Database, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="cortex"):
+        async with cortex.connect(store_url(database)) as store:
+            with use_scope(tenant):
+                await store.create_session("bot")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("cortex")] == []
