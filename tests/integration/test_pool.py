@@ -23,7 +23,7 @@ import cortex
 from cortex import NewMessage, use_scope
 from tests.conftest import Database, store_url
 
-pytestmark = pytest.mark.citus
+pytestmark = [pytest.mark.citus, pytest.mark.sqlalchemy20]
 
 
 async def test_a_call_on_an_idle_connection_takes_no_greenlet_hop(

@@ -30,6 +30,9 @@ from tests.conftest import Database, asyncpg_dsn, on_unix_socket, store_url
 from tests.figures import record
 from tests.proxy import commit_drop_proxy
 
+# The pool subclasses SQLAlchemy's: every SQLAlchemy the pins allow must hold these.
+pytestmark = pytest.mark.sqlalchemy20
+
 
 @contextlib.asynccontextmanager
 async def _loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
