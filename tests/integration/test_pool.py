@@ -83,7 +83,8 @@ async def test_a_checkout_waiting_on_the_pool_gets_the_connection_a_call_returns
         with use_scope(tenant):
             s = await store.create_session("bot")
         await owner_conn.execute("BEGIN")
-        await owner_conn.execute("SELECT 1 FROM sessions FOR UPDATE")
+        # By tenant, so Citus routes the lock to one shard.
+        await owner_conn.execute("SELECT 1 FROM sessions WHERE tenant_id = $1 FOR UPDATE", tenant)
         try:
             with use_scope(tenant):
                 blocked = asyncio.ensure_future(
