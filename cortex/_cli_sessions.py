@@ -1,4 +1,4 @@
-"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, clear, abort).
+"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, unmark, abort).
 
 Each command acts in ``--scope``, prints a human view or ``--json``, and
 leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
@@ -17,6 +17,7 @@ from cortex._cli_common import (
     EXIT_OK,
     UsageError,
     console,
+    echo,
     emit_json,
     json_text,
     literal,
@@ -262,12 +263,22 @@ def cmd_mark(args: argparse.Namespace) -> int:
     return _state_after(args, found, "marked (no such session yet: the marker waits for it)")
 
 
-def cmd_clear(args: argparse.Namespace) -> int:
+def cmd_unmark(args: argparse.Namespace) -> int:
     async def action(store: Store) -> Session | None:
         await store.clear_interrupted(args.session_id)
         return await _session_or_none(store, args.session_id)
 
-    return _state_after(args, with_store(args, action), "cleared (no such session)")
+    return _state_after(args, with_store(args, action), "unmarked (no such session)")
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    # The old name of unmark: "clear" also reads as Store.clear_messages, which removes a transcript.
+    echo(
+        "cortex: note: `cortex sessions clear` is deprecated; it is `cortex sessions unmark`"
+        " (it removes the interrupt marker, not the messages)",
+        err=True,
+    )
+    return cmd_unmark(args)
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
@@ -287,11 +298,17 @@ def add_session_commands(
         "sessions", help="operators: find, read, answer, mark and abort sessions", parents=[common]
     )
     sub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=parser_class)
+    shown: list[str] = []
 
-    def command(name: str, summary: str, func: Any, *, session: bool = True) -> Any:
-        p = sub.add_parser(name, help=summary, parents=[common])
+    def command(
+        name: str, summary: str | None, func: Any, *, session: bool = True, hidden: bool = False
+    ) -> Any:
+        # argparse lists a subcommand in the help only when it is given a help text.
+        p = sub.add_parser(name, parents=[common], **({} if hidden else {"help": summary}))
+        if not hidden:
+            shown.append(name)
         if session:
-            p.add_argument("session_id")
+            p.add_argument("session_id", help="the session, a ses_… id")
         p.add_argument(
             "--scope", required=True, help="the tenant path to act in, e.g. acme/support"
         )
@@ -323,10 +340,10 @@ def add_session_commands(
     resume.add_argument("--author", help="who answers (e.g. ops@acme)")
     mark = command("mark", "mark a session interrupted (e.g. drained for a deploy)", cmd_mark)
     mark.add_argument("--reason", required=True, help="why, shown to whoever resumes it")
-    command(
-        "clear",
-        "clear the interrupt marker (the messages stay; see Store.clear_messages for those)",
-        cmd_clear,
-    )
+    command("unmark", "remove a session's interrupt marker (the messages stay)", cmd_unmark)
     abort = command("abort", "write a durable abort marker", cmd_abort)
     abort.add_argument("--reason", required=True, help="why, kept with the marker")
+    # unmark's former name, kept working; left out of the help.
+    old = command("clear", None, cmd_clear, hidden=True)
+    old.description = "deprecated: the old name of `cortex sessions unmark`"
+    sub.metavar = "{" + ",".join(shown) + "}"

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import cortex
-from cortex import NewMessage, RequestedInput, use_scope
+from cortex import NewMessage, RequestedInput, SessionDetail, use_scope
 from cortex.cli import (
     EXIT_CONFLICT,
     EXIT_ERROR,
@@ -107,7 +107,7 @@ def test_the_operators_loop(
 
     assert main([*url, "sessions", "mark", sid, *scope, "--reason", "draining", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "interrupted"
-    assert main([*url, "sessions", "clear", sid, *scope]) == 0
+    assert main([*url, "sessions", "unmark", sid, *scope]) == 0
     assert "idle" in capsys.readouterr().out
 
     assert main([*url, "sessions", "export", sid, *scope]) == 0
@@ -139,17 +139,53 @@ def test_what_an_operator_expects(
     # An empty listing says so instead of drawing an empty box.
     assert main([*url, "sessions", "list", "--scope", f"{tenant}/nobody"]) == 0
     assert capsys.readouterr().out.strip() == f"no sessions in {tenant}/nobody match"
-    # mark, clear and abort answer --json with the session.
+    # mark, unmark and abort answer --json with the session.
     assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain", "--json"]) == 0
     marked = json.loads(capsys.readouterr().out)
     assert (marked["id"], marked["state"]) == (sid, "paused")  # its question still waits
-    assert main([*url, "sessions", "clear", sid, *scope, "--json"]) == 0
+    assert main([*url, "sessions", "unmark", sid, *scope, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["id"] == sid
     assert main([*url, "sessions", "abort", sid, *scope, "--reason", "gone", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "aborted"
     # Answering an aborted session is a conflict, as other stored state is.
     good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == EXIT_CONFLICT
+
+
+def test_unmark_is_the_name_and_clear_an_old_one(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 44")
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+    # The help names unmark, and not clear (which Store.clear_messages means otherwise).
+    assert main(["sessions", "--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "unmark" in listed
+    assert "clear" not in listed
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain"]) == 0
+    capsys.readouterr()
+    assert main([*url, "sessions", "unmark", sid, *scope, "--json"]) == 0
+    done = capsys.readouterr()
+    assert json.loads(done.out)["state"] == "paused"
+    assert done.err == ""
+    # The old name still works, and says once, on stderr, what to use instead.
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain"]) == 0
+    capsys.readouterr()
+    assert main([*url, "sessions", "clear", sid, *scope, "--json"]) == 0
+    done = capsys.readouterr()
+    assert json.loads(done.out)["id"] == sid
+    assert done.err.count("\n") == 1
+    assert "deprecated" in done.err
+    assert "cortex sessions unmark" in done.err
+    inspected = anyio.run(_inspect, database, tenant, sid)
+    assert inspected.interrupt_reason is None
+
+
+async def _inspect(database: Database, scope: str, sid: str) -> SessionDetail:
+    async with cortex.connect(database.app_url) as store:
+        with use_scope(scope):
+            return await store.inspect_session(sid)
 
 
 @pytest.fixture
