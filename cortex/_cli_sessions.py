@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
@@ -30,6 +30,15 @@ from cortex.models import MAX_MESSAGE_LIMIT, ListFilter, Message, Session, Sessi
 from cortex.store import Store
 
 __all__ = ["add_session_commands"]
+
+
+# Message's deprecated first-of-each fields: the lists say the same, once.
+_DEPRECATED: Final = {"requested_input", "function_response"}
+
+
+def _message_json(m: Message) -> dict[str, Any]:
+    """A message as the CLI prints it in JSON: every field but the deprecated ones."""
+    return m.model_dump(mode="json", exclude=_DEPRECATED)
 
 
 def _list_filter(args: argparse.Namespace) -> ListFilter:
@@ -157,7 +166,7 @@ def cmd_messages(args: argparse.Namespace) -> int:
             {
                 "session_id": history.session.id,
                 "message_count": history.session.message_count,
-                "messages": [m.model_dump(mode="json") for m in history.messages],
+                "messages": [_message_json(m) for m in history.messages],
             }
         )
         return EXIT_OK
@@ -197,7 +206,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             messages = older + messages
         return {
             "session": session.model_dump(mode="json"),
-            "messages": [m.model_dump(mode="json") for m in messages],
+            "messages": [_message_json(m) for m in messages],
         }
 
     emit_json(with_store(args, action))
@@ -225,7 +234,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     stored = with_store(args, action)
     if args.json:
-        emit_json(stored.model_dump(mode="json"))
+        emit_json(_message_json(stored))
     else:
         say(
             console(), f"resumed {stored.session_id}: answered {args.interrupt} at seq {stored.seq}"

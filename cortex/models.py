@@ -599,15 +599,19 @@ def _distinct(ids: list[str], what: str) -> None:
 
 
 class _Inputs(_Model):
-    """What a message asks and answers: every one in the lists, the first also alone.
+    """What a message asks and answers: the lists ``requested_inputs`` and ``function_responses``.
 
     ``requested_inputs``: every question the message asks (an agent
     framework's turn may ask several at once: an ADK event with parallel
-    long-running calls); each is pending until answered. ``requested_input``
-    is the first of them (None if none), read from the list; giving it (or
-    assigning it) makes the list that one question. The same holds for
-    ``function_responses`` and ``function_response``, the answers. The lists
-    are declared by the subclasses, in their field order.
+    long-running calls); each is pending until answered.
+    ``function_responses``: every answer it gives. The lists are the one
+    shape to read, and are declared by the subclasses, in their field order.
+
+    ``requested_input`` and ``function_response`` are deprecated: the first
+    of each list (None if it is empty), kept for the single-question form
+    (``NewMessage(requested_input=...)``, which makes a list of one, as
+    assigning does). ``model_dump`` still carries them; the command line's
+    JSON does not.
     """
 
     if TYPE_CHECKING:
@@ -626,7 +630,7 @@ class _Inputs(_Model):
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def requested_input(self) -> RequestedInput | None:
-        """The first question the message asks (None if it asks none)."""
+        """Deprecated: ``requested_inputs[0]`` (None if it asks none); read the list."""
         return self.requested_inputs[0] if self.requested_inputs else None
 
     @requested_input.setter
@@ -636,7 +640,7 @@ class _Inputs(_Model):
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def function_response(self) -> FunctionResponse | None:
-        """The first answer the message gives (None if it gives none)."""
+        """Deprecated: ``function_responses[0]`` (None if it gives none); read the list."""
         return self.function_responses[0] if self.function_responses else None
 
     @function_response.setter
@@ -715,8 +719,8 @@ class Message(_Inputs):
     role: str
     content: str = ""
     author: str = ""
-    # Every question and answer of the message (requested_input and
-    # function_response read the first of each).
+    # Every question and answer of the message (the deprecated
+    # requested_input and function_response read the first of each).
     requested_inputs: list[RequestedInput] = Field(default_factory=list)
     function_responses: list[FunctionResponse] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -206,18 +206,21 @@ def _event_of(message: Message) -> Event | None:
             return Event.model_validate(message.payload)
         except ValidationError:
             pass  # not an ADK event: built from the message, as one without a payload
-    answer = message.function_response
-    if answer is not None:
-        response = (
-            answer.response if isinstance(answer.response, dict) else {"result": answer.response}
-        )
-        part = types.Part(
-            function_response=types.FunctionResponse(
-                id=answer.id, name=answer.name, response=response
+    if message.function_responses:
+        parts = [
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=answer.id,
+                    name=answer.name,
+                    response=answer.response
+                    if isinstance(answer.response, dict)
+                    else {"result": answer.response},
+                )
             )
-        )
+            for answer in message.function_responses
+        ]
     elif message.content:
-        part = types.Part(text=message.content)
+        parts = [types.Part(text=message.content)]
     else:
         return None
     role = "model" if message.role == "assistant" else "user"
@@ -225,7 +228,7 @@ def _event_of(message: Message) -> Event | None:
         id=message.id,
         invocation_id="",
         author=message.author or ("user" if role == "user" else message.role),
-        content=types.Content(role=role, parts=[part]),
+        content=types.Content(role=role, parts=parts),
         timestamp=message.created_at.timestamp(),
     )
 

@@ -80,7 +80,7 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 import cortex
-from cortex import ListFilter, SessionState, use_scope
+from cortex import FunctionResponse, ListFilter, NewMessage, SessionState, use_scope
 from cortex.integrations.adk import CortexSessionService
 from tests.conftest import Database
 
@@ -734,6 +734,32 @@ async def test_an_operator_answer_reaches_the_agent(
     # The session object from before the answer is stale now.
     with pytest.raises(StaleSessionError):
         await service.append_event(session, Event(author="agent"))
+
+
+async def test_answers_written_through_cortex_all_reach_the_agent(
+    service: CortexSessionService, tenant: str
+) -> None:
+    """A message without an ADK payload that answers two calls is one event with both."""
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    calls = [types.FunctionCall(id=f"call-{n}", name="ask") for n in (1, 2)]
+    await service.append_event(
+        session,
+        Event(
+            author="agent",
+            content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]),
+            long_running_tool_ids={"call-1", "call-2"},
+        ),
+    )
+    with use_scope(tenant):
+        (paused,) = await service.store.list_sessions(ListFilter(state=SessionState.PAUSED))
+        answers = [FunctionResponse(id=f"call-{n}", response={"n": n}) for n in (1, 2)]
+        await service.store.append_message(
+            paused.id, NewMessage("user", author="ops", function_responses=answers)
+        )
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    got_answers = got.events[-1].get_function_responses()
+    assert [(a.id, a.response) for a in got_answers] == [("call-1", {"n": 1}), ("call-2", {"n": 2})]
 
 
 def test_the_cli_shows_an_adk_session(

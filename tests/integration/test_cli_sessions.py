@@ -32,6 +32,23 @@ _SCHEMA = {
 }
 
 
+# What a message is in the CLI's JSON: every field, and not the deprecated
+# requested_input and function_response (the first of each list).
+_MESSAGE_KEYS = (
+    "id",
+    "session_id",
+    "seq",
+    "role",
+    "content",
+    "author",
+    "requested_inputs",
+    "function_responses",
+    "metadata",
+    "payload",
+    "created_at",
+)
+
+
 def _seed(database: Database, scope: str, title: str) -> str:
     async def seed() -> str:
         async with cortex.connect(database.app_url) as store:
@@ -95,7 +112,11 @@ def test_the_operators_loop(
     assert main([*url, "sessions", "messages", sid, *scope, "--last", "1", "--json"]) == 0
     (last,) = json.loads(capsys.readouterr().out)["messages"]
     assert last["seq"] == 2
-    assert last["requested_input"]["interrupt_id"] == "approve-refund"
+    # One shape: the lists, without the deprecated first-of-each fields.
+    assert [q["interrupt_id"] for q in last["requested_inputs"]] == ["approve-refund"]
+    assert last["function_responses"] == []
+    assert "requested_input" not in last
+    assert "function_response" not in last
 
     bad = ["--interrupt", "approve-refund", "--response", '{"approved": "yes"}']
     assert main([*url, "sessions", "resume", sid, *scope, *bad]) == EXIT_USAGE
@@ -103,6 +124,9 @@ def test_the_operators_loop(
     good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
     assert main([*url, "sessions", "resume", sid, *scope, *good, "--author", "ops@acme"]) == 0
     assert "resumed" in capsys.readouterr().out
+    assert main([*url, "sessions", "messages", sid, *scope, "--last", "1", "--json"]) == 0
+    (answer,) = json.loads(capsys.readouterr().out)["messages"]
+    assert sorted(answer) == sorted(_MESSAGE_KEYS)
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == 6  # already answered
 
     assert main([*url, "sessions", "mark", sid, *scope, "--reason", "draining", "--json"]) == 0
@@ -115,8 +139,9 @@ def test_the_operators_loop(
     assert transcript["session"]["id"] == sid
     assert transcript["session"]["metadata"] == {"ticket": "T-7", "tier": "gold"}
     assert [m["seq"] for m in transcript["messages"]] == [1, 2, 3]
-    assert transcript["messages"][2]["function_response"]["response"] == {"approved": True}
+    assert transcript["messages"][2]["function_responses"][0]["response"] == {"approved": True}
     assert transcript["messages"][2]["author"] == "ops@acme"
+    assert all(sorted(m) == sorted(_MESSAGE_KEYS) for m in transcript["messages"])
 
     assert main([*url, "sessions", "messages", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
     assert main([*url, "sessions", "export", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
@@ -145,10 +170,15 @@ def test_what_an_operator_expects(
     assert (marked["id"], marked["state"]) == (sid, "paused")  # its question still waits
     assert main([*url, "sessions", "unmark", sid, *scope, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["id"] == sid
+    # resume --json prints the answer as messages --json does.
+    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
+    assert main([*url, "sessions", "resume", sid, *scope, *good, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert sorted(answer) == sorted(_MESSAGE_KEYS)
+    assert [a["id"] for a in answer["function_responses"]] == ["approve-refund"]
     assert main([*url, "sessions", "abort", sid, *scope, "--reason", "gone", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "aborted"
     # Answering an aborted session is a conflict, as other stored state is.
-    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == EXIT_CONFLICT
 
 
