@@ -7,6 +7,7 @@ leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any, Final
 
@@ -22,11 +23,19 @@ from cortex._cli_common import (
     json_text,
     literal,
     say,
+    visible,
     when,
     with_store,
 )
 from cortex.errors import NotFound
-from cortex.models import MAX_MESSAGE_LIMIT, ListFilter, Message, Session, SessionState
+from cortex.models import (
+    MAX_MESSAGE_LIMIT,
+    ListFilter,
+    Message,
+    Session,
+    SessionDetail,
+    SessionState,
+)
 from cortex.store import Store
 
 __all__ = ["add_session_commands"]
@@ -53,15 +62,82 @@ def _list_filter(args: argparse.Namespace) -> ListFilter:
     )
 
 
+# How wide a listed session's "why" is drawn at most, escapes included.
+_WHY_WIDTH: Final = 48
+
+
+def _short(text: str, width: int = _WHY_WIDTH) -> str:
+    """``text`` cut to what draws in ``width`` columns once escaped, with "…" if it was cut.
+
+    Cut before escaping, a character at a time, so no escape is cut in half.
+    """
+    if len(visible(text)) <= width:
+        return text
+    used = 0
+    for i, char in enumerate(text):
+        used += len(visible(char))
+        if used > width - 1:
+            return text[:i] + "…"
+    return text
+
+
+async def _details(store: Store, found: list[Session]) -> dict[str, SessionDetail]:
+    """What each listed session waits on or why it stopped: its detail, for every one not idle."""
+    details = {}
+    for s in found:
+        if s.state is SessionState.IDLE:
+            continue  # nothing pending, no marker
+        with contextlib.suppress(NotFound):  # deleted since the page was read
+            details[s.id] = await store.inspect_session(s.id)
+    return details
+
+
+def _why(detail: SessionDetail | None) -> str:
+    """The cause of the session's state, in a line: its first pending input, or a marker's reason."""
+    if detail is None:
+        return ""
+    if detail.state is SessionState.PAUSED and detail.pending:
+        first = detail.pending[0]
+        more = len(detail.pending) - 1
+        text = first.interrupt_id + (f": {first.message}" if first.message else "")
+        return _short(text) + (f" (+{more} more)" if more else "")
+    reason = {
+        SessionState.ABORTED: detail.abort_reason,
+        SessionState.INTERRUPTED: detail.interrupt_reason,
+    }.get(detail.state)
+    if reason is None:
+        return ""
+    return _short(reason) if reason else "(no reason given)"
+
+
+def _listed_json(s: Session, detail: SessionDetail | None) -> dict[str, Any]:
+    """A listed session in JSON, with its pending inputs and marker reasons as show names them."""
+    out = s.model_dump(mode="json")
+    if detail is None:
+        out.update(pending=[], abort_reason=None, interrupt_reason=None)
+    else:
+        extra = detail.model_dump(
+            mode="json", include={"pending", "abort_reason", "interrupt_reason"}
+        )
+        out.update(extra)
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     flt = _list_filter(args)
 
-    async def action(store: Store) -> tuple[list[Session], int]:
-        return await store.list_sessions(flt), await store.count_sessions(flt)
+    async def action(store: Store) -> tuple[list[Session], int, dict[str, SessionDetail]]:
+        found = await store.list_sessions(flt)
+        return found, await store.count_sessions(flt), await _details(store, found)
 
-    found, total = with_store(args, action)
+    found, total, details = with_store(args, action)
     if args.json:
-        emit_json({"total": total, "sessions": [s.model_dump(mode="json") for s in found]})
+        emit_json(
+            {
+                "total": total,
+                "sessions": [_listed_json(s, details.get(s.id)) for s in found],
+            }
+        )
         return EXIT_OK
     if not found:
         say(
@@ -75,6 +151,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     table.add_column("id", no_wrap=True)
     for column in ("state", "agent", "scope", "title", "msgs", "last activity", "pending"):
         table.add_column(column, overflow="fold")
+    table.add_column("why", overflow="fold")
     for s in found:
         table.add_row(
             literal(s.id),
@@ -85,6 +162,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s.message_count),
             when(s.updated_at),
             str(s.pending_count) if s.pending_count else "",
+            literal(_why(details.get(s.id))),
         )
     console().print(table)
     return EXIT_OK

@@ -182,6 +182,55 @@ def test_what_an_operator_expects(
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == EXIT_CONFLICT
 
 
+def test_the_listing_says_what_each_session_waits_on_or_why_it_stopped(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paused = _seed(database, f"{tenant}/u1", "Paused one")
+    aborted = _seed(database, f"{tenant}/u2", "Aborted one")
+    marked = _seed(database, f"{tenant}/u3", "Marked one")
+    long = "a reason far longer than any table cell should show " * 4
+
+    async def stop() -> str:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(tenant):
+                await store.abort_session(aborted, "customer [bold]withdrew\x1b[2J")
+                await store.resume(marked, "approve-refund", {"approved": True})
+                await store.mark_interrupted(marked, long)
+                # Two questions pending: the first is named, the rest counted.
+                twice = await store.create_session("billing-bot", title="Two questions")
+                asks = [
+                    RequestedInput(interrupt_id=f"q{n}", message=f"Question {n}?") for n in (1, 2)
+                ]
+                await store.append_message(
+                    twice.id, NewMessage("assistant", "two", requested_inputs=asks)
+                )
+                idle = await store.create_session("billing-bot", title="Idle one")
+                return idle.id
+
+    idle = anyio.run(stop)
+    url = ["--database-url", database.owner_url]
+    assert main([*url, "sessions", "list", "--scope", tenant]) == 0
+    out = capsys.readouterr().out
+    assert "why" in out.splitlines()[2]  # the header
+    rows = {line.split()[1]: line for line in out.splitlines() if "ses_" in line}
+    assert "approve-refund: Approve a $140 refund?" in rows[paused]
+    assert "customer [bold]withdrew\\x1b[2J" in rows[aborted]  # literal, escaped
+    assert "a reason far longer" in rows[marked]
+    assert long.strip() not in out
+    assert "…" in rows[marked]
+    (two,) = (line for line in rows.values() if "Two questions" in line)
+    assert "q1: Question 1? (+1 more)" in two
+    assert rows[idle].split("│")[-2].strip() == ""  # idle: nothing to say
+    # --json carries the same, as show --json names it.
+    assert main([*url, "sessions", "list", "--scope", tenant, "--json"]) == 0
+    listed = {s["id"]: s for s in json.loads(capsys.readouterr().out)["sessions"]}
+    assert [p["interrupt_id"] for p in listed[paused]["pending"]] == ["approve-refund"]
+    assert listed[aborted]["abort_reason"] == "customer [bold]withdrew\x1b[2J"
+    assert listed[aborted]["pending"] == []
+    assert listed[marked]["interrupt_reason"] == long
+    assert (listed[idle]["pending"], listed[idle]["abort_reason"]) == ([], None)
+
+
 def test_unmark_is_the_name_and_clear_an_old_one(
     database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
