@@ -55,6 +55,7 @@ from cortex.models import (
     MAX_AGENT_ID_LENGTH,
     MAX_AUTHOR_LENGTH,
     MAX_MESSAGE_LIMIT,
+    RESERVED_DATA_PREFIX,
     FunctionResponse,
     ListFilter,
     Message,
@@ -77,8 +78,9 @@ __all__ = [
 # ADK's Session.last_update_time is the timestamp of the last event (or of
 # the creation), which the host chooses; it is kept in the session's own
 # state document under this key, written by the same statement as the
-# event, and never shown in ``state``.
-_UPDATED: Final = "__cortex_adk_last_update_time__"
+# event. Its prefix keeps it out of every state cortex returns (ADK's and
+# Session.data): cortex's Session carries it apart, in _reserved_data.
+_UPDATED: Final = f"{RESERVED_DATA_PREFIX}adk_last_update_time__"
 # Text kept in a message's content: enough for previews and search; the
 # whole event is in the payload.
 _CONTENT_CHARS: Final = 64 * 1024
@@ -531,7 +533,7 @@ class CortexSessionService(BaseSessionService):
         self, stored: CortexSession, app_name: str, user_id: str, events: list[Event]
     ) -> Session:
         state = dict(stored.data)
-        updated = state.pop(_UPDATED, None)
+        updated = stored._reserved_data.get(_UPDATED)
         # Every value is already of its field's type: built without
         # validation, which cost more than the rest of a listing's row.
         return from_database(
@@ -578,7 +580,7 @@ async def _revision_of(store: Store, sid: str, session: Session) -> int:
     checks that revision under the row lock, like a marked object's.
     """
     found = await store.get_session_with_messages(sid, limit=1)
-    updated = found.session.data.get(_UPDATED)
+    updated = found.session._reserved_data.get(_UPDATED)
     stored_time = (
         float(updated) if isinstance(updated, int | float) else found.session.updated_at.timestamp()
     )

@@ -793,6 +793,36 @@ def test_the_cli_shows_an_adk_session(
     assert '"user:tier": "gold"' in shown
     assert "pending adk-call-9" in shown
     assert "approve_refund" in shown
+    # The adapter's own bookkeeping is no part of the session's state.
+    assert "__cortex" not in shown
+    assert main(["sessions", "export", listed["id"], *url]) == 0
+    assert "__cortex" not in capsys.readouterr().out
+
+
+async def test_the_adapters_bookkeeping_stays_out_of_the_stores_state(
+    service: CortexSessionService, tenant: str
+) -> None:
+    session = await service.create_session(
+        app_name=APP, user_id="u", session_id="s", state={"step": 1}
+    )
+    event = Event(author="user", actions=EventActions(state_delta={"step": 2}), timestamp=1234.5)
+    await service.append_event(session, event)
+    store = service.store
+    with use_scope(tenant):
+        (listed,) = await store.list_sessions()
+        got = await store.get_session(listed.id)
+        history = await store.get_session_with_messages(listed.id)
+        (walked,) = [s async for s in store.iter_sessions()]
+    with use_scope(listed.scope):
+        by_key = await store.get_session_by_key("adk", "s")
+    for seen in (listed, got, history.session, by_key, walked):
+        assert seen.data == {"step": 2}, seen.data
+    # ADK still gets its last update time, the event's timestamp.
+    again = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert again is not None
+    assert again.last_update_time == 1234.5
+    (adk_listed,) = (await service.list_sessions(app_name=APP, user_id="u")).sessions
+    assert adk_listed.last_update_time == 1234.5
 
 
 async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenant: str) -> None:
