@@ -28,6 +28,7 @@ from cortex._cli_common import (
     with_store,
 )
 from cortex.errors import NotFound
+from cortex.integrations._payloads import tool_uses
 from cortex.models import (
     MAX_MESSAGE_LIMIT,
     ListFilter,
@@ -66,16 +67,17 @@ def _list_filter(args: argparse.Namespace) -> ListFilter:
 _WHY_WIDTH: Final = 48
 
 
-def _short(text: str, width: int = _WHY_WIDTH) -> str:
+def _short(text: str, width: int = _WHY_WIDTH, *, in_json: bool = False) -> str:
     """``text`` cut to what draws in ``width`` columns once escaped, with "…" if it was cut.
 
-    Cut before escaping, a character at a time, so no escape is cut in half.
+    Cut before escaping, a character at a time, so no escape is cut in half;
+    ``in_json``: escaped as JSON is (cortex._cli_common.visible).
     """
-    if len(visible(text)) <= width:
+    if len(visible(text, in_json=in_json)) <= width:
         return text
     used = 0
     for i, char in enumerate(text):
-        used += len(visible(char))
+        used += len(visible(char, in_json=in_json))
         if used > width - 1:
             return text[:i] + "…"
     return text
@@ -227,11 +229,47 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _describe(m: Message) -> str:
-    extra = "".join(f"  [asks {q.interrupt_id}: {q.message}]" for q in m.requested_inputs)
+# How wide a preview of a tool's arguments or answer is drawn at most.
+_PREVIEW_WIDTH: Final = 80
+
+
+def _preview(body: Any) -> str:
+    """A tool's arguments or answer, short: text as it is, anything else as JSON (json_text's)."""
+    if isinstance(body, str):
+        return _short(body, _PREVIEW_WIDTH)
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    return visible(_short(text, _PREVIEW_WIDTH, in_json=True), in_json=True)
+
+
+def _tool_names(messages: list[Message]) -> dict[str, str]:
+    """The tool each call id of these messages named (an Agents SDK output names none)."""
+    return {
+        use.call_id: use.name
+        for m in messages
+        for use in tool_uses(m.payload)
+        if use.kind == "call" and use.call_id and use.name
+    }
+
+
+def _describe(m: Message, names: dict[str, str]) -> str:
+    """The message's text, then each tool it calls or answers and each question it asks or answers."""
+    extra = ""
+    answered = set()
+    for use in tool_uses(m.payload):
+        if use.kind == "call":
+            extra += f"  [calls {use.name or use.call_id}: {_preview(use.body)}]"
+            continue
+        answered.add(use.call_id)
+        said = "" if use.body == m.content else f": {_preview(use.body)}"
+        extra += f"  [answers {use.name or names.get(use.call_id) or use.call_id}{said}]"
+    extra += "".join(
+        f"  [asks {q.interrupt_id}: {_short(q.message, _PREVIEW_WIDTH)}]"
+        for q in m.requested_inputs
+    )
     for a in m.function_responses:
-        extra += f"  [answers {a.id}: {json_text(a.response)}]"
-    return f"{m.content}{extra}"
+        if a.id not in answered:  # the payload said it with the tool's name
+            extra += f"  [answers {a.id}: {_preview(a.response)}]"
+    return f"{m.content}{extra}" if m.content else extra.lstrip()
 
 
 def cmd_messages(args: argparse.Namespace) -> int:
@@ -255,13 +293,14 @@ def cmd_messages(args: argparse.Namespace) -> int:
     )
     for column in ("seq", "at", "role", "author", "content"):
         table.add_column(column, overflow="fold")
+    names = _tool_names(history.messages)
     for m in history.messages:
         table.add_row(
             str(m.seq),
             when(m.created_at),
             literal(m.role),
             literal(m.author),
-            literal(_describe(m)),
+            literal(_describe(m, names)),
         )
     console().print(table)
     return EXIT_OK

@@ -772,7 +772,9 @@ def test_the_cli_shows_an_adk_session(
             session = await service.create_session(
                 app_name=APP, user_id="ada", session_id="order-42", state={"user:tier": "gold"}
             )
-            call = types.FunctionCall(id="adk-call-9", name="approve_refund")
+            call = types.FunctionCall(
+                id="adk-call-9", name="approve_refund", args={"amount": 140, "note": "n" * 300}
+            )
             await service.append_event(
                 session,
                 Event(
@@ -781,6 +783,19 @@ def test_the_cli_shows_an_adk_session(
                     long_running_tool_ids={"adk-call-9"},
                 ),
             )
+            looked = types.FunctionCall(id="adk-call-8", name="lookup_order", args={"id": 42})
+            found = types.FunctionResponse(
+                id="adk-call-8", name="lookup_order", response={"total": 140}
+            )
+            for part in (types.Part(function_call=looked), types.Part(function_response=found)):
+                role = "model" if part.function_call else "user"
+                await service.append_event(
+                    session,
+                    Event(
+                        author="agent" if part.function_call else "user",
+                        content=types.Content(role=role, parts=[part]),
+                    ),
+                )
 
     asyncio.run(seed())
     url = ["--database-url", database.owner_url, "--scope", tenant]
@@ -793,6 +808,14 @@ def test_the_cli_shows_an_adk_session(
     assert '"user:tier": "gold"' in shown
     assert "pending adk-call-9" in shown
     assert "approve_refund" in shown
+    # The transcript names each tool called and answered, with a short preview.
+    assert main(["sessions", "messages", listed["id"], *url]) == 0
+    said = capsys.readouterr().out
+    assert '[calls approve_refund: {"amount": 140, "note": "nnn' in said
+    assert "n" * 300 not in said
+    assert '[calls lookup_order: {"id": 42}]' in said
+    assert '[answers lookup_order: {"total": 140}]' in said
+    assert ": {}]" not in said
     # The adapter's own bookkeeping is no part of the session's state.
     assert "__cortex" not in shown
     assert main(["sessions", "export", listed["id"], *url]) == 0
