@@ -151,15 +151,21 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
     ``prefix``: the columns are labelled ``<prefix><name>`` (a join beside
     another table's columns, as in :func:`cortex._calls.messages.select_session_with_messages`).
     """
+    # Each is the JSON text as written (or, on rows written before revision
+    # 20261205000020, as jsonb normalised it).
     requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
-    questions = [] if requested is None else [RequestedInput.model_construct(**requested)]
-    answers = [] if response is None else [FunctionResponse.model_construct(**response)]
+    questions = (
+        [] if requested is None else [RequestedInput.model_construct(**decode_json(requested))]
+    )
+    answers = (
+        [] if response is None else [FunctionResponse.model_construct(**decode_json(response))]
+    )
     more = row[prefix + "more_requested_inputs"]
     if more is not None:
-        questions += [RequestedInput.model_construct(**q) for q in more]
+        questions += [RequestedInput.model_construct(**q) for q in decode_json(more)]
     more = row[prefix + "more_function_responses"]
     if more is not None:
-        answers += [FunctionResponse.model_construct(**a) for a in more]
+        answers += [FunctionResponse.model_construct(**a) for a in decode_json(more)]
     payload = row[prefix + "payload"]
     return from_database(
         Message,
@@ -180,13 +186,14 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
 
 
 def row_to_pending(row: Any) -> PendingInput:
-    """A pending input from a row of ``pending_inputs``."""
+    """A pending input from a row selected with cortex._sql.operator.PENDING_COLUMNS."""
+    schema, payload = row.response_schema, row.payload
     return PendingInput.model_construct(
         interrupt_id=row.interrupt_id,
         message=row.message,
         author=row.author,
         raised_at=row.raised_at,
         raised_seq=row.raised_seq,
-        response_schema=row.response_schema,
-        payload=row.payload,
+        response_schema=None if schema is None else decode_json(schema),
+        payload=None if payload is None else decode_json(payload),
     )

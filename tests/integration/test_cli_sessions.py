@@ -231,6 +231,29 @@ def test_the_listing_says_what_each_session_waits_on_or_why_it_stopped(
     assert (listed[idle]["pending"], listed[idle]["abort_reason"]) == ([], None)
 
 
+def test_schemas_and_answers_are_shown_in_the_order_written(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 45")
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+    assert main([*url, "sessions", "show", sid, *scope]) == 0
+    shown = capsys.readouterr().out
+    # As _SCHEMA has them (jsonb would put "required" first: it is shorter).
+    assert shown.index('"properties"') < shown.index('"required"')
+    answer = '{"zeta": 1, "approved": true, "a": 2}'
+    resume = ["--interrupt", "approve-refund", "--response", answer, "--author", ""]
+    assert main([*url, "sessions", "resume", sid, *scope, *resume]) == 0
+    assert main([*url, "sessions", "messages", sid, *scope]) == 0
+    said = capsys.readouterr().out
+    assert f"[answers approve-refund: {answer}]" in said
+    assert "by -" not in said
+    assert main([*url, "sessions", "export", sid, *scope]) == 0
+    (*_, answered) = json.loads(capsys.readouterr().out)["messages"]
+    assert list(answered["function_responses"][0]["response"]) == ["zeta", "approved", "a"]
+    assert list(answered["function_responses"][0]) == ["id", "name", "response"]
+
+
 def test_unmark_is_the_name_and_clear_an_old_one(
     database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
