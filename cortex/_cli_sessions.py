@@ -1,4 +1,4 @@
-"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, clear, abort).
+"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, unmark, abort).
 
 Each command acts in ``--scope``, prints a human view or ``--json``, and
 leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
@@ -7,8 +7,9 @@ leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
@@ -17,18 +18,37 @@ from cortex._cli_common import (
     EXIT_OK,
     UsageError,
     console,
+    echo,
     emit_json,
     json_text,
     literal,
     say,
+    visible,
     when,
     with_store,
 )
 from cortex.errors import NotFound
-from cortex.models import MAX_MESSAGE_LIMIT, ListFilter, Message, Session, SessionState
+from cortex.integrations._payloads import tool_uses
+from cortex.models import (
+    MAX_MESSAGE_LIMIT,
+    ListFilter,
+    Message,
+    Session,
+    SessionDetail,
+    SessionState,
+)
 from cortex.store import Store
 
 __all__ = ["add_session_commands"]
+
+
+# Message's deprecated first-of-each fields: the lists say the same, once.
+_DEPRECATED: Final = {"requested_input", "function_response"}
+
+
+def _message_json(m: Message) -> dict[str, Any]:
+    """A message as the CLI prints it in JSON: every field but the deprecated ones."""
+    return m.model_dump(mode="json", exclude=_DEPRECATED)
 
 
 def _list_filter(args: argparse.Namespace) -> ListFilter:
@@ -43,15 +63,83 @@ def _list_filter(args: argparse.Namespace) -> ListFilter:
     )
 
 
+# How wide a listed session's "why" is drawn at most, escapes included.
+_WHY_WIDTH: Final = 48
+
+
+def _short(text: str, width: int = _WHY_WIDTH, *, in_json: bool = False) -> str:
+    """``text`` cut to what draws in ``width`` columns once escaped, with "…" if it was cut.
+
+    Cut before escaping, a character at a time, so no escape is cut in half;
+    ``in_json``: escaped as JSON is (cortex._cli_common.visible).
+    """
+    if len(visible(text, in_json=in_json)) <= width:
+        return text
+    used = 0
+    for i, char in enumerate(text):
+        used += len(visible(char, in_json=in_json))
+        if used > width - 1:
+            return text[:i] + "…"
+    return text
+
+
+async def _details(store: Store, found: list[Session]) -> dict[str, SessionDetail]:
+    """What each listed session waits on or why it stopped: its detail, for every one not idle."""
+    details = {}
+    for s in found:
+        if s.state is SessionState.IDLE:
+            continue  # nothing pending, no marker
+        with contextlib.suppress(NotFound):  # deleted since the page was read
+            details[s.id] = await store.inspect_session(s.id)
+    return details
+
+
+def _why(detail: SessionDetail | None) -> str:
+    """The cause of the session's state, in a line: its first pending input, or a marker's reason."""
+    if detail is None:
+        return ""
+    if detail.state is SessionState.PAUSED and detail.pending:
+        first = detail.pending[0]
+        more = len(detail.pending) - 1
+        text = first.interrupt_id + (f": {first.message}" if first.message else "")
+        return _short(text) + (f" (+{more} more)" if more else "")
+    reason = {
+        SessionState.ABORTED: detail.abort_reason,
+        SessionState.INTERRUPTED: detail.interrupt_reason,
+    }.get(detail.state)
+    if reason is None:
+        return ""
+    return _short(reason) if reason else "(no reason given)"
+
+
+def _listed_json(s: Session, detail: SessionDetail | None) -> dict[str, Any]:
+    """A listed session in JSON, with its pending inputs and marker reasons as show names them."""
+    out = s.model_dump(mode="json")
+    if detail is None:
+        out.update(pending=[], abort_reason=None, interrupt_reason=None)
+    else:
+        extra = detail.model_dump(
+            mode="json", include={"pending", "abort_reason", "interrupt_reason"}
+        )
+        out.update(extra)
+    return out
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     flt = _list_filter(args)
 
-    async def action(store: Store) -> tuple[list[Session], int]:
-        return await store.list_sessions(flt), await store.count_sessions(flt)
+    async def action(store: Store) -> tuple[list[Session], int, dict[str, SessionDetail]]:
+        found = await store.list_sessions(flt)
+        return found, await store.count_sessions(flt), await _details(store, found)
 
-    found, total = with_store(args, action)
+    found, total, details = with_store(args, action)
     if args.json:
-        emit_json({"total": total, "sessions": [s.model_dump(mode="json") for s in found]})
+        emit_json(
+            {
+                "total": total,
+                "sessions": [_listed_json(s, details.get(s.id)) for s in found],
+            }
+        )
         return EXIT_OK
     if not found:
         say(
@@ -65,6 +153,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     table.add_column("id", no_wrap=True)
     for column in ("state", "agent", "scope", "title", "msgs", "last activity", "pending"):
         table.add_column(column, overflow="fold")
+    table.add_column("why", overflow="fold")
     for s in found:
         table.add_row(
             literal(s.id),
@@ -75,6 +164,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(s.message_count),
             when(s.updated_at),
             str(s.pending_count) if s.pending_count else "",
+            literal(_why(details.get(s.id))),
         )
     console().print(table)
     return EXIT_OK
@@ -139,11 +229,47 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _describe(m: Message) -> str:
-    extra = "".join(f"  [asks {q.interrupt_id}: {q.message}]" for q in m.requested_inputs)
+# How wide a preview of a tool's arguments or answer is drawn at most.
+_PREVIEW_WIDTH: Final = 80
+
+
+def _preview(body: Any) -> str:
+    """A tool's arguments or answer, short: text as it is, anything else as JSON (json_text's)."""
+    if isinstance(body, str):
+        return _short(body, _PREVIEW_WIDTH)
+    text = json.dumps(body, ensure_ascii=False, default=str)
+    return visible(_short(text, _PREVIEW_WIDTH, in_json=True), in_json=True)
+
+
+def _tool_names(messages: list[Message]) -> dict[str, str]:
+    """The tool each call id of these messages named (an Agents SDK output names none)."""
+    return {
+        use.call_id: use.name
+        for m in messages
+        for use in tool_uses(m.payload)
+        if use.kind == "call" and use.call_id and use.name
+    }
+
+
+def _describe(m: Message, names: dict[str, str]) -> str:
+    """The message's text, then each tool it calls or answers and each question it asks or answers."""
+    extra = ""
+    answered = set()
+    for use in tool_uses(m.payload):
+        if use.kind == "call":
+            extra += f"  [calls {use.name or use.call_id}: {_preview(use.body)}]"
+            continue
+        answered.add(use.call_id)
+        said = "" if use.body == m.content else f": {_preview(use.body)}"
+        extra += f"  [answers {use.name or names.get(use.call_id) or use.call_id}{said}]"
+    extra += "".join(
+        f"  [asks {q.interrupt_id}: {_short(q.message, _PREVIEW_WIDTH)}]"
+        for q in m.requested_inputs
+    )
     for a in m.function_responses:
-        extra += f"  [answers {a.id}: {json_text(a.response)}]"
-    return f"{m.content}{extra}"
+        if a.id not in answered:  # the payload said it with the tool's name
+            extra += f"  [answers {a.id}: {_preview(a.response)}]"
+    return f"{m.content}{extra}" if m.content else extra.lstrip()
 
 
 def cmd_messages(args: argparse.Namespace) -> int:
@@ -156,7 +282,7 @@ def cmd_messages(args: argparse.Namespace) -> int:
             {
                 "session_id": history.session.id,
                 "message_count": history.session.message_count,
-                "messages": [m.model_dump(mode="json") for m in history.messages],
+                "messages": [_message_json(m) for m in history.messages],
             }
         )
         return EXIT_OK
@@ -167,13 +293,14 @@ def cmd_messages(args: argparse.Namespace) -> int:
     )
     for column in ("seq", "at", "role", "author", "content"):
         table.add_column(column, overflow="fold")
+    names = _tool_names(history.messages)
     for m in history.messages:
         table.add_row(
             str(m.seq),
             when(m.created_at),
             literal(m.role),
             literal(m.author),
-            literal(_describe(m)),
+            literal(_describe(m, names)),
         )
     console().print(table)
     return EXIT_OK
@@ -196,7 +323,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             messages = older + messages
         return {
             "session": session.model_dump(mode="json"),
-            "messages": [m.model_dump(mode="json") for m in messages],
+            "messages": [_message_json(m) for m in messages],
         }
 
     emit_json(with_store(args, action))
@@ -224,7 +351,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     stored = with_store(args, action)
     if args.json:
-        emit_json(stored.model_dump(mode="json"))
+        emit_json(_message_json(stored))
     else:
         say(
             console(), f"resumed {stored.session_id}: answered {args.interrupt} at seq {stored.seq}"
@@ -262,12 +389,22 @@ def cmd_mark(args: argparse.Namespace) -> int:
     return _state_after(args, found, "marked (no such session yet: the marker waits for it)")
 
 
-def cmd_clear(args: argparse.Namespace) -> int:
+def cmd_unmark(args: argparse.Namespace) -> int:
     async def action(store: Store) -> Session | None:
         await store.clear_interrupted(args.session_id)
         return await _session_or_none(store, args.session_id)
 
-    return _state_after(args, with_store(args, action), "cleared (no such session)")
+    return _state_after(args, with_store(args, action), "unmarked (no such session)")
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    # The old name of unmark: "clear" also reads as Store.clear_messages, which removes a transcript.
+    echo(
+        "cortex: note: `cortex sessions clear` is deprecated; it is `cortex sessions unmark`"
+        " (it removes the interrupt marker, not the messages)",
+        err=True,
+    )
+    return cmd_unmark(args)
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
@@ -287,11 +424,17 @@ def add_session_commands(
         "sessions", help="operators: find, read, answer, mark and abort sessions", parents=[common]
     )
     sub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=parser_class)
+    shown: list[str] = []
 
-    def command(name: str, summary: str, func: Any, *, session: bool = True) -> Any:
-        p = sub.add_parser(name, help=summary, parents=[common])
+    def command(
+        name: str, summary: str | None, func: Any, *, session: bool = True, hidden: bool = False
+    ) -> Any:
+        # argparse lists a subcommand in the help only when it is given a help text.
+        p = sub.add_parser(name, parents=[common], **({} if hidden else {"help": summary}))
+        if not hidden:
+            shown.append(name)
         if session:
-            p.add_argument("session_id")
+            p.add_argument("session_id", help="the session, a ses_… id")
         p.add_argument(
             "--scope", required=True, help="the tenant path to act in, e.g. acme/support"
         )
@@ -323,10 +466,10 @@ def add_session_commands(
     resume.add_argument("--author", help="who answers (e.g. ops@acme)")
     mark = command("mark", "mark a session interrupted (e.g. drained for a deploy)", cmd_mark)
     mark.add_argument("--reason", required=True, help="why, shown to whoever resumes it")
-    command(
-        "clear",
-        "clear the interrupt marker (the messages stay; see Store.clear_messages for those)",
-        cmd_clear,
-    )
+    command("unmark", "remove a session's interrupt marker (the messages stay)", cmd_unmark)
     abort = command("abort", "write a durable abort marker", cmd_abort)
     abort.add_argument("--reason", required=True, help="why, kept with the marker")
+    # unmark's former name, kept working; left out of the help.
+    old = command("clear", None, cmd_clear, hidden=True)
+    old.description = "deprecated: the old name of `cortex sessions unmark`"
+    sub.metavar = "{" + ",".join(shown) + "}"

@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     Strict,
     ValidationError,
     computed_field,
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_SEARCH_LENGTH",
     "MAX_TITLE_LENGTH",
     "PREVIEW_LENGTH",
+    "RESERVED_DATA_PREFIX",
     "FunctionResponse",
     "ListFilter",
     "Message",
@@ -99,6 +101,10 @@ MAX_INPUTS_PER_MESSAGE: Final = 1_000
 """Requested inputs one message asks, and function responses one message gives."""
 PREVIEW_LENGTH: Final = 256
 """Characters of the last message kept in Session.last_message."""
+RESERVED_DATA_PREFIX: Final = "__cortex_"
+"""State keys beginning with this are cortex's own (its adapters' bookkeeping,
+such as the ADK service's last update time): stored in a session's document
+like any key, and never part of ``Session.data`` or ``get_scope_data``."""
 
 INT4_MAX: Final = 2**31 - 1
 """Largest value a PostgreSQL ``integer`` holds: a seq, an offset."""
@@ -397,10 +403,11 @@ def from_database(
     What ``model_construct`` does, minus its per-field default handling: every
     field is present, so this only sets the instance's slots. Reading a page of
     50 sessions spent more time in ``model_construct`` than in PostgreSQL. A
-    model with private attributes (an ADK ``Session``) gets ``private``, which
-    must name every one. ``in_field_order``: the caller built ``values`` in
-    the model's field order (a listing's rows, cortex._calls.rows.row_to_session),
-    so they are taken as they are. Unit tests keep the result identical to
+    model with private attributes (an ADK ``Session``, cortex's ``Session``)
+    gets ``private``, which must name every one; without it, their defaults.
+    ``in_field_order``: the caller built ``values`` in the model's field
+    order (a listing's rows, cortex._calls.rows.row_to_session), so they are
+    taken as they are. Unit tests keep the result identical to
     ``model_construct``'s, for cortex's models and for ADK's session.
     """
     obj = _new(cls)
@@ -409,6 +416,8 @@ def from_database(
     _set_fields_set(obj, set(_field_names(cls)))
     _set_extra(obj, None)
     _set_private(obj, private)
+    if private is None and cls.__private_attributes__:
+        obj.model_post_init(None)  # their defaults, as model_construct sets them
     return obj
 
 
@@ -503,6 +512,9 @@ class Session(_Model):
     created_at: datetime
     # cortex-owned: moves on update_session and on every append.
     updated_at: datetime
+    # cortex-owned: the session document's keys beginning RESERVED_DATA_PREFIX,
+    # which cortex's adapters keep there and ``data`` leaves out.
+    _reserved_data: dict[str, Any] = PrivateAttr(default_factory=dict)
 
 
 class ListFilter(_Model):
@@ -597,15 +609,19 @@ def _distinct(ids: list[str], what: str) -> None:
 
 
 class _Inputs(_Model):
-    """What a message asks and answers: every one in the lists, the first also alone.
+    """What a message asks and answers: the lists ``requested_inputs`` and ``function_responses``.
 
     ``requested_inputs``: every question the message asks (an agent
     framework's turn may ask several at once: an ADK event with parallel
-    long-running calls); each is pending until answered. ``requested_input``
-    is the first of them (None if none), read from the list; giving it (or
-    assigning it) makes the list that one question. The same holds for
-    ``function_responses`` and ``function_response``, the answers. The lists
-    are declared by the subclasses, in their field order.
+    long-running calls); each is pending until answered.
+    ``function_responses``: every answer it gives. The lists are the one
+    shape to read, and are declared by the subclasses, in their field order.
+
+    ``requested_input`` and ``function_response`` are deprecated: the first
+    of each list (None if it is empty), kept for the single-question form
+    (``NewMessage(requested_input=...)``, which makes a list of one, as
+    assigning does). ``model_dump`` still carries them; the command line's
+    JSON does not.
     """
 
     if TYPE_CHECKING:
@@ -624,7 +640,7 @@ class _Inputs(_Model):
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def requested_input(self) -> RequestedInput | None:
-        """The first question the message asks (None if it asks none)."""
+        """Deprecated: ``requested_inputs[0]`` (None if it asks none); read the list."""
         return self.requested_inputs[0] if self.requested_inputs else None
 
     @requested_input.setter
@@ -634,7 +650,7 @@ class _Inputs(_Model):
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def function_response(self) -> FunctionResponse | None:
-        """The first answer the message gives (None if it gives none)."""
+        """Deprecated: ``function_responses[0]`` (None if it gives none); read the list."""
         return self.function_responses[0] if self.function_responses else None
 
     @function_response.setter
@@ -713,8 +729,8 @@ class Message(_Inputs):
     role: str
     content: str = ""
     author: str = ""
-    # Every question and answer of the message (requested_input and
-    # function_response read the first of each).
+    # Every question and answer of the message (the deprecated
+    # requested_input and function_response read the first of each).
     requested_inputs: list[RequestedInput] = Field(default_factory=list)
     function_responses: list[FunctionResponse] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)

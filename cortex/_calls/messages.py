@@ -118,10 +118,11 @@ class EncodedBatch:
     size: int
 
 
-def _model_json(value: RequestedInput | FunctionResponse | None) -> str | None:
-    if value is None:
+def _first_json(values: list[RequestedInput] | list[FunctionResponse]) -> str | None:
+    """The first question (or answer), which has a column of its own; None if there is none."""
+    if not values:
         return None
-    return encode_json(value.model_dump(mode="json"), MAX_APPEND_BYTES)
+    return encode_json(values[0].model_dump(mode="json"), MAX_APPEND_BYTES)
 
 
 def _more_json(values: list[RequestedInput] | list[FunctionResponse]) -> str | None:
@@ -143,8 +144,8 @@ def encode_batch(batch: list[NewMessage]) -> EncodedBatch:
     Raises:
         InvalidInput: more than MAX_APPEND_BYTES in all, or one id twice.
     """
-    requested = [_model_json(m.requested_input) for m in batch]
-    responses = [_model_json(m.function_response) for m in batch]
+    requested = [_first_json(m.requested_inputs) for m in batch]
+    responses = [_first_json(m.function_responses) for m in batch]
     more_requested = [_more_json(m.requested_inputs) for m in batch]
     more_responses = [_more_json(m.function_responses) for m in batch]
     metadata = [encode_json(m.metadata, MAX_JSON_BYTES) for m in batch]
@@ -445,7 +446,7 @@ async def append_messages(
     )
     # Questions and answers change operator state; plain messages (the hot
     # path) cost no second statement.
-    if any(m.requested_input is not None or m.function_response is not None for m in appended):
+    if any(m.requested_inputs or m.function_responses for m in appended):
         await record_inputs(conn, scope, session_id, appended, distributed=distributed)
     return appended
 
@@ -594,7 +595,7 @@ async def pop_message(
         raise Conflict(f"session {session.id} has no message at seq {session.message_count}")
     await conn.execute(recount, params)
     popped = row_to_message(row)
-    if popped.requested_input is not None or popped.function_response is not None:
+    if popped.requested_inputs or popped.function_responses:
         await _rebuild_pending(conn, scope, session, distributed=distributed)
     return popped
 

@@ -12,6 +12,7 @@ from cortex._db.executor import Row
 from cortex._validate import decode_json, decode_json_of_strings
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id
 from cortex.models import (
+    RESERVED_DATA_PREFIX,
     FunctionResponse,
     Message,
     PendingInput,
@@ -29,6 +30,7 @@ __all__ = [
     "row_to_message",
     "row_to_pending",
     "row_to_session",
+    "split_reserved",
 ]
 
 
@@ -44,8 +46,12 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
 
     The values are written in ``Session``'s field order (a unit test holds
     the two in step), so the model takes the dict without a reordering copy
-    (docs/benchmarks.md).
+    (docs/benchmarks.md). The state's keys beginning RESERVED_DATA_PREFIX
+    go to the model's ``_reserved_data``, not its ``data``.
     """
+    if data is None:
+        data = decode_data(row["data"])
+    data, reserved = split_reserved(data)
     return from_database(
         Session,
         {
@@ -61,12 +67,21 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
             "state": _STATE_OF[row["state"]],
             "pending_count": row["pending_count"],
             "key": row["session_key"],
-            "data": decode_data(row["data"]) if data is None else data,
+            "data": data,
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
+        {"_reserved_data": reserved},
         in_field_order=True,
     )
+
+
+def split_reserved(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``data`` without its keys beginning RESERVED_DATA_PREFIX, and those keys."""
+    if not data or not any(key.startswith(RESERVED_DATA_PREFIX) for key in data):
+        return data, {}
+    reserved = {k: v for k, v in data.items() if k.startswith(RESERVED_DATA_PREFIX)}
+    return {k: v for k, v in data.items() if k not in reserved}, reserved
 
 
 def decode_data(text: str) -> dict[str, Any]:
@@ -136,15 +151,21 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
     ``prefix``: the columns are labelled ``<prefix><name>`` (a join beside
     another table's columns, as in :func:`cortex._calls.messages.select_session_with_messages`).
     """
+    # Each is the JSON text as written (or, on rows written before revision
+    # 20261205000020, as jsonb normalised it).
     requested, response = row[prefix + "requested_input"], row[prefix + "function_response"]
-    questions = [] if requested is None else [RequestedInput.model_construct(**requested)]
-    answers = [] if response is None else [FunctionResponse.model_construct(**response)]
+    questions = (
+        [] if requested is None else [RequestedInput.model_construct(**decode_json(requested))]
+    )
+    answers = (
+        [] if response is None else [FunctionResponse.model_construct(**decode_json(response))]
+    )
     more = row[prefix + "more_requested_inputs"]
     if more is not None:
-        questions += [RequestedInput.model_construct(**q) for q in more]
+        questions += [RequestedInput.model_construct(**q) for q in decode_json(more)]
     more = row[prefix + "more_function_responses"]
     if more is not None:
-        answers += [FunctionResponse.model_construct(**a) for a in more]
+        answers += [FunctionResponse.model_construct(**a) for a in decode_json(more)]
     payload = row[prefix + "payload"]
     return from_database(
         Message,
@@ -165,13 +186,14 @@ def row_to_message(row: Row, prefix: str = "") -> Message:
 
 
 def row_to_pending(row: Any) -> PendingInput:
-    """A pending input from a row of ``pending_inputs``."""
+    """A pending input from a row selected with cortex._sql.operator.PENDING_COLUMNS."""
+    schema, payload = row.response_schema, row.payload
     return PendingInput.model_construct(
         interrupt_id=row.interrupt_id,
         message=row.message,
         author=row.author,
         raised_at=row.raised_at,
         raised_seq=row.raised_seq,
-        response_schema=row.response_schema,
-        payload=row.payload,
+        response_schema=None if schema is None else decode_json(schema),
+        payload=None if payload is None else decode_json(payload),
     )

@@ -13,7 +13,13 @@ import uuid
 from typing import Any
 
 from cortex._calls.constraints import Writing, refusal, refusals
-from cortex._calls.rows import ancestors, decode_data, page_sessions, row_to_session
+from cortex._calls.rows import (
+    ancestors,
+    decode_data,
+    page_sessions,
+    row_to_session,
+    split_reserved,
+)
 from cortex._db.executor import Row, Tx
 from cortex._db.transaction import RetryTransaction
 from cortex._sql import sessions as sql
@@ -492,7 +498,7 @@ async def merge_scope_data(
 
 
 async def select_scope_data(conn: Tx, scope: Scope, target: Scope) -> dict[str, Any]:
-    """The state document stored at exactly ``target`` ({} if none)."""
+    """The state document stored at exactly ``target`` ({} if none), as Session.data shows state."""
     params = {SCOPE_TENANT: scope.tenant, TARGET_SCOPE: str(target)}
     row = (await conn.execute(sql.get_scope_data_statement(), params)).first()
-    return {} if row is None else decode_data(row["data"])
+    return {} if row is None else split_reserved(decode_data(row["data"]))[0]

@@ -95,6 +95,17 @@ METADATA_TEXT: Final = sa.func.coalesce(
 # The label prefix of the message columns beside a session's own (history_statement).
 HISTORY_PREFIX: Final = "m_"
 
+
+def _verbatim(column: str) -> sa.Label[Any]:
+    """A question or answer column as text: its json twin (revision 20261205000020), else its jsonb.
+
+    Labelled with the jsonb column's name; decoded by row_to_message.
+    """
+    return sa.func.coalesce(
+        sa.cast(messages.c[f"{column}_json"], sa.Text()), sa.cast(messages.c[column], sa.Text())
+    ).label(column)
+
+
 MESSAGE_COLUMNS: Final = (
     messages.c.id,
     messages.c.session_id,
@@ -102,10 +113,10 @@ MESSAGE_COLUMNS: Final = (
     messages.c.role,
     messages.c.content,
     messages.c.author,
-    messages.c.requested_input,
-    messages.c.function_response,
-    messages.c.more_requested_inputs,
-    messages.c.more_function_responses,
+    _verbatim("requested_input"),
+    _verbatim("function_response"),
+    _verbatim("more_requested_inputs"),
+    _verbatim("more_function_responses"),
     METADATA_TEXT.label("metadata"),
     sa.cast(messages.c.payload_json, sa.Text()).label("payload"),
     messages.c.created_at,
@@ -169,6 +180,28 @@ def bump_statement(depth: int, with_data: bool = False, expected: bool = False) 
     )
 
 
+# Each question and answer is written twice from one text: jsonb, which
+# statements search, and a json twin, which keeps the text as written.
+_INPUT_COLUMNS: Final = (
+    "requested_input",
+    "function_response",
+    "more_requested_inputs",
+    "more_function_responses",
+)
+_INPUT_COLUMNS_WRITTEN: Final = (
+    *_INPUT_COLUMNS,
+    *(f"{column}_json" for column in _INPUT_COLUMNS),
+)
+
+
+def _inputs(*texts: sa.ColumnElement[Any]) -> dict[str, sa.ColumnElement[Any]]:
+    """The values of _INPUT_COLUMNS_WRITTEN, in its order: the four texts as jsonb, then as json."""
+    return {
+        **{c: sa.cast(t, JSONB()) for c, t in zip(_INPUT_COLUMNS, texts, strict=True)},
+        **{f"{c}_json": sa.cast(t, JSON()) for c, t in zip(_INPUT_COLUMNS, texts, strict=True)},
+    }
+
+
 # On Citus the rows of an append go in INSERT ... VALUES statements of at
 # most this many rows (one shape per size, so the shapes stay few).
 ROUTED_BATCH: Final = 32
@@ -191,10 +224,12 @@ def insert_rows_statement(count: int) -> sa.Insert:
             "role": text_param(row_name(M_ROLE, i)),
             "content": text_param(row_name(M_CONTENT, i)),
             "author": text_param(row_name(M_AUTHOR, i)),
-            "requested_input": sa.cast(text_param(row_name(M_REQUESTED, i)), JSONB()),
-            "function_response": sa.cast(text_param(row_name(M_RESPONSE, i)), JSONB()),
-            "more_requested_inputs": sa.cast(text_param(row_name(M_MORE_REQUESTED, i)), JSONB()),
-            "more_function_responses": sa.cast(text_param(row_name(M_MORE_RESPONSES, i)), JSONB()),
+            **_inputs(
+                text_param(row_name(M_REQUESTED, i)),
+                text_param(row_name(M_RESPONSE, i)),
+                text_param(row_name(M_MORE_REQUESTED, i)),
+                text_param(row_name(M_MORE_RESPONSES, i)),
+            ),
             # The host's JSON text, verbatim (json keeps its input text exactly).
             "metadata_json": sa.cast(text_param(row_name(M_METADATA, i)), JSON()),
             "payload_json": sa.cast(text_param(row_name(M_PAYLOAD, i)), JSON()),
@@ -294,10 +329,9 @@ def append_statement(
         rows.c.role,
         rows.c.content,
         rows.c.author,
-        sa.cast(rows.c.requested, JSONB()),
-        sa.cast(rows.c.response, JSONB()),
-        sa.cast(rows.c.more_requested, JSONB()),
-        sa.cast(rows.c.more_responses, JSONB()),
+        *_inputs(
+            rows.c.requested, rows.c.response, rows.c.more_requested, rows.c.more_responses
+        ).values(),
         # The host's JSON text, verbatim (json keeps its input text exactly).
         sa.cast(rows.c.meta, JSON()),
         sa.cast(rows.c.payload, JSON()),
@@ -325,10 +359,12 @@ def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
         text_param(row_name(M_ROLE, 0)),
         text_param(row_name(M_CONTENT, 0)),
         text_param(row_name(M_AUTHOR, 0)),
-        sa.cast(text_param(row_name(M_REQUESTED, 0)), JSONB()),
-        sa.cast(text_param(row_name(M_RESPONSE, 0)), JSONB()),
-        sa.cast(text_param(row_name(M_MORE_REQUESTED, 0)), JSONB()),
-        sa.cast(text_param(row_name(M_MORE_RESPONSES, 0)), JSONB()),
+        *_inputs(
+            text_param(row_name(M_REQUESTED, 0)),
+            text_param(row_name(M_RESPONSE, 0)),
+            text_param(row_name(M_MORE_REQUESTED, 0)),
+            text_param(row_name(M_MORE_RESPONSES, 0)),
+        ).values(),
         sa.cast(text_param(row_name(M_METADATA, 0)), JSON()),
         sa.cast(text_param(row_name(M_PAYLOAD, 0)), JSON()),
         bytes_param(row_name(M_DIGEST, 0)),
@@ -348,10 +384,7 @@ def _insert_appended(touched: sa.CTE, source: sa.Select[Any]) -> sa.Insert:
                 "role",
                 "content",
                 "author",
-                "requested_input",
-                "function_response",
-                "more_requested_inputs",
-                "more_function_responses",
+                *_INPUT_COLUMNS_WRITTEN,
                 "metadata_json",
                 "payload_json",
                 "deltas_digest",

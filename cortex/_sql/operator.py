@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
@@ -47,6 +47,7 @@ from cortex._sql.tables import messages, pending_inputs, session_markers, sessio
 __all__ = [
     "ABORTED",
     "INTERRUPTED",
+    "PENDING_COLUMNS",
     "QUESTION_ROWS",
     "abort_statements",
     "ask_statement",
@@ -116,6 +117,8 @@ def record_statement(depth: int) -> sa.Update:
                 "raised_at",
                 "response_schema",
                 "payload",
+                "response_schema_json",
+                "payload_json",
             ],
             sa.select(
                 scope_tenant_param(),
@@ -128,6 +131,9 @@ def record_statement(depth: int) -> sa.Update:
                 sa.func.statement_timestamp(),
                 sa.cast(asked.c.response_schema, JSONB()),
                 sa.cast(asked.c.payload, JSONB()),
+                # The same texts, kept as written (revision 20261205000020).
+                sa.cast(asked.c.response_schema, JSON()),
+                sa.cast(asked.c.payload, JSON()),
             ),
         )
         .returning(pending_inputs.c.raised_seq)
@@ -194,6 +200,8 @@ def ask_statement(count: int) -> sa.Insert:
             "raised_at": sa.func.statement_timestamp(),
             "response_schema": sa.cast(text_param(row_name(Q_SCHEMA, j)), JSONB()),
             "payload": sa.cast(text_param(row_name(Q_PAYLOAD, j)), JSONB()),
+            "response_schema_json": sa.cast(text_param(row_name(Q_SCHEMA, j)), JSON()),
+            "payload_json": sa.cast(text_param(row_name(Q_PAYLOAD, j)), JSON()),
         }
         for j in range(count)
     ]
@@ -217,10 +225,30 @@ def markers_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
     )
 
 
+def _verbatim(column: str) -> sa.Label[Any]:
+    """A pending input's JSON as text: its json twin (revision 20261205000020), else its jsonb."""
+    json_text, jsonb_text = (
+        sa.cast(pending_inputs.c[name], sa.Text()) for name in (f"{column}_json", column)
+    )
+    return sa.func.coalesce(json_text, jsonb_text).label(column)
+
+
+# What a pending input is read as (cortex._calls.rows.row_to_pending).
+PENDING_COLUMNS: Final = (
+    pending_inputs.c.interrupt_id,
+    pending_inputs.c.message,
+    pending_inputs.c.author,
+    pending_inputs.c.raised_at,
+    pending_inputs.c.raised_seq,
+    _verbatim("response_schema"),
+    _verbatim("payload"),
+)
+
+
 @cache
 def pending_statement() -> sa.Select[*tuple[Any, ...]]:
     return (
-        sa.select(pending_inputs)
+        sa.select(*PENDING_COLUMNS)
         .where(_same_session(pending_inputs))
         .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
     )
@@ -316,8 +344,9 @@ def asked_before_statement() -> sa.Select[tuple[bool]]:
 
 @cache
 def pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
+    """The raised seq and response schema (jsonb: checking an answer needs no key order) of each question ``interrupt_id`` names."""
     return (
-        sa.select(pending_inputs)
+        sa.select(pending_inputs.c.raised_seq, pending_inputs.c.response_schema)
         .where(
             _same_session(pending_inputs),
             pending_inputs.c.interrupt_id == text_param(INTERRUPT_ID),

@@ -299,6 +299,14 @@ messages = sa.Table(
     sa.Column("more_requested_inputs", JSONB(), nullable=True),
     # host-owned: the function responses after the first, likewise.
     sa.Column("more_function_responses", JSONB(), nullable=True),
+    # host-owned: the same four as the JSON text cortex serialised (json
+    # keeps its input text, so keys keep the host's order; revision
+    # 20261205000020), written with them by the append; read in their
+    # place. NULL on rows written before, whose jsonb is read.
+    sa.Column("requested_input_json", JSON(), nullable=True),
+    sa.Column("function_response_json", JSON(), nullable=True),
+    sa.Column("more_requested_inputs_json", JSON(), nullable=True),
+    sa.Column("more_function_responses_json", JSON(), nullable=True),
     # host-owned, legacy: metadata of rows written before revision
     # 20261201000009, as jsonb normalised it; '{}' on rows written since.
     sa.Column("metadata", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
@@ -363,6 +371,10 @@ pending_inputs = sa.Table(
     sa.Column("raised_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("response_schema", JSONB(), nullable=True),
     sa.Column("payload", JSONB(), nullable=True),
+    # The same two as the JSON text cortex serialised (revision
+    # 20261205000020), read in their place; NULL on rows written before.
+    sa.Column("response_schema_json", JSON(), nullable=True),
+    sa.Column("payload_json", JSON(), nullable=True),
     # One row per question: a message may ask several (revision 20261201000013).
     sa.PrimaryKeyConstraint("tenant_id", "session_id", "raised_seq", "interrupt_id"),
     sa.ForeignKeyConstraint(

@@ -55,6 +55,7 @@ from cortex.models import (
     MAX_AGENT_ID_LENGTH,
     MAX_AUTHOR_LENGTH,
     MAX_MESSAGE_LIMIT,
+    RESERVED_DATA_PREFIX,
     FunctionResponse,
     ListFilter,
     Message,
@@ -77,8 +78,9 @@ __all__ = [
 # ADK's Session.last_update_time is the timestamp of the last event (or of
 # the creation), which the host chooses; it is kept in the session's own
 # state document under this key, written by the same statement as the
-# event, and never shown in ``state``.
-_UPDATED: Final = "__cortex_adk_last_update_time__"
+# event. Its prefix keeps it out of every state cortex returns (ADK's and
+# Session.data): cortex's Session carries it apart, in _reserved_data.
+_UPDATED: Final = f"{RESERVED_DATA_PREFIX}adk_last_update_time__"
 # Text kept in a message's content: enough for previews and search; the
 # whole event is in the payload.
 _CONTENT_CHARS: Final = 64 * 1024
@@ -206,18 +208,21 @@ def _event_of(message: Message) -> Event | None:
             return Event.model_validate(message.payload)
         except ValidationError:
             pass  # not an ADK event: built from the message, as one without a payload
-    answer = message.function_response
-    if answer is not None:
-        response = (
-            answer.response if isinstance(answer.response, dict) else {"result": answer.response}
-        )
-        part = types.Part(
-            function_response=types.FunctionResponse(
-                id=answer.id, name=answer.name, response=response
+    if message.function_responses:
+        parts = [
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=answer.id,
+                    name=answer.name,
+                    response=answer.response
+                    if isinstance(answer.response, dict)
+                    else {"result": answer.response},
+                )
             )
-        )
+            for answer in message.function_responses
+        ]
     elif message.content:
-        part = types.Part(text=message.content)
+        parts = [types.Part(text=message.content)]
     else:
         return None
     role = "model" if message.role == "assistant" else "user"
@@ -225,7 +230,7 @@ def _event_of(message: Message) -> Event | None:
         id=message.id,
         invocation_id="",
         author=message.author or ("user" if role == "user" else message.role),
-        content=types.Content(role=role, parts=[part]),
+        content=types.Content(role=role, parts=parts),
         timestamp=message.created_at.timestamp(),
     )
 
@@ -532,7 +537,7 @@ class CortexSessionService(BaseSessionService):
         self, stored: CortexSession, app_name: str, user_id: str, events: list[Event]
     ) -> Session:
         state = dict(stored.data)
-        updated = state.pop(_UPDATED, None)
+        updated = stored._reserved_data.get(_UPDATED)
         # Every value is already of its field's type: built without
         # validation, which cost more than the rest of a listing's row.
         return from_database(
@@ -579,7 +584,7 @@ async def _revision_of(store: Store, sid: str, session: Session) -> int:
     checks that revision under the row lock, like a marked object's.
     """
     found = await store.get_session_with_messages(sid, limit=1)
-    updated = found.session.data.get(_UPDATED)
+    updated = found.session._reserved_data.get(_UPDATED)
     stored_time = (
         float(updated) if isinstance(updated, int | float) else found.session.updated_at.timestamp()
     )

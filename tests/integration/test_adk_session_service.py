@@ -80,7 +80,7 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 import cortex
-from cortex import ListFilter, SessionState, use_scope
+from cortex import FunctionResponse, ListFilter, NewMessage, SessionState, use_scope
 from cortex.integrations.adk import CortexSessionService
 from tests.conftest import Database
 
@@ -736,6 +736,32 @@ async def test_an_operator_answer_reaches_the_agent(
         await service.append_event(session, Event(author="agent"))
 
 
+async def test_answers_written_through_cortex_all_reach_the_agent(
+    service: CortexSessionService, tenant: str
+) -> None:
+    """A message without an ADK payload that answers two calls is one event with both."""
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    calls = [types.FunctionCall(id=f"call-{n}", name="ask") for n in (1, 2)]
+    await service.append_event(
+        session,
+        Event(
+            author="agent",
+            content=types.Content(role="model", parts=[types.Part(function_call=c) for c in calls]),
+            long_running_tool_ids={"call-1", "call-2"},
+        ),
+    )
+    with use_scope(tenant):
+        (paused,) = await service.store.list_sessions(ListFilter(state=SessionState.PAUSED))
+        answers = [FunctionResponse(id=f"call-{n}", response={"n": n}) for n in (1, 2)]
+        await service.store.append_message(
+            paused.id, NewMessage("user", author="ops", function_responses=answers)
+        )
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert got is not None
+    got_answers = got.events[-1].get_function_responses()
+    assert [(a.id, a.response) for a in got_answers] == [("call-1", {"n": 1}), ("call-2", {"n": 2})]
+
+
 def test_the_cli_shows_an_adk_session(
     database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -746,7 +772,9 @@ def test_the_cli_shows_an_adk_session(
             session = await service.create_session(
                 app_name=APP, user_id="ada", session_id="order-42", state={"user:tier": "gold"}
             )
-            call = types.FunctionCall(id="adk-call-9", name="approve_refund")
+            call = types.FunctionCall(
+                id="adk-call-9", name="approve_refund", args={"amount": 140, "note": "n" * 300}
+            )
             await service.append_event(
                 session,
                 Event(
@@ -755,6 +783,19 @@ def test_the_cli_shows_an_adk_session(
                     long_running_tool_ids={"adk-call-9"},
                 ),
             )
+            looked = types.FunctionCall(id="adk-call-8", name="lookup_order", args={"id": 42})
+            found = types.FunctionResponse(
+                id="adk-call-8", name="lookup_order", response={"total": 140}
+            )
+            for part in (types.Part(function_call=looked), types.Part(function_response=found)):
+                role = "model" if part.function_call else "user"
+                await service.append_event(
+                    session,
+                    Event(
+                        author="agent" if part.function_call else "user",
+                        content=types.Content(role=role, parts=[part]),
+                    ),
+                )
 
     asyncio.run(seed())
     url = ["--database-url", database.owner_url, "--scope", tenant]
@@ -767,6 +808,44 @@ def test_the_cli_shows_an_adk_session(
     assert '"user:tier": "gold"' in shown
     assert "pending adk-call-9" in shown
     assert "approve_refund" in shown
+    # The transcript names each tool called and answered, with a short preview.
+    assert main(["sessions", "messages", listed["id"], *url]) == 0
+    said = capsys.readouterr().out
+    assert '[calls approve_refund: {"amount": 140, "note": "nnn' in said
+    assert "n" * 300 not in said
+    assert '[calls lookup_order: {"id": 42}]' in said
+    assert '[answers lookup_order: {"total": 140}]' in said
+    assert ": {}]" not in said
+    # The adapter's own bookkeeping is no part of the session's state.
+    assert "__cortex" not in shown
+    assert main(["sessions", "export", listed["id"], *url]) == 0
+    assert "__cortex" not in capsys.readouterr().out
+
+
+async def test_the_adapters_bookkeeping_stays_out_of_the_stores_state(
+    service: CortexSessionService, tenant: str
+) -> None:
+    session = await service.create_session(
+        app_name=APP, user_id="u", session_id="s", state={"step": 1}
+    )
+    event = Event(author="user", actions=EventActions(state_delta={"step": 2}), timestamp=1234.5)
+    await service.append_event(session, event)
+    store = service.store
+    with use_scope(tenant):
+        (listed,) = await store.list_sessions()
+        got = await store.get_session(listed.id)
+        history = await store.get_session_with_messages(listed.id)
+        (walked,) = [s async for s in store.iter_sessions()]
+    with use_scope(listed.scope):
+        by_key = await store.get_session_by_key("adk", "s")
+    for seen in (listed, got, history.session, by_key, walked):
+        assert seen.data == {"step": 2}, seen.data
+    # ADK still gets its last update time, the event's timestamp.
+    again = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert again is not None
+    assert again.last_update_time == 1234.5
+    (adk_listed,) = (await service.list_sessions(app_name=APP, user_id="u")).sessions
+    assert adk_listed.last_update_time == 1234.5
 
 
 async def test_a_session_recreated_elsewhere_is_found(store: cortex.Store, tenant: str) -> None:

@@ -245,8 +245,8 @@ def test_messages_escapes_roles_authors_and_content(
     assert messages[0]["role"] == hostile(*ROLE)
     assert messages[0]["author"] == hostile(*AUTHOR)
     assert messages[0]["content"] == hostile(*CONTENT)
-    assert messages[1]["requested_input"]["message"] == hostile(*CONTENT)
-    assert messages[2]["function_response"]["response"] == {"ok": hostile(*AGENT)}
+    assert messages[1]["requested_inputs"][0]["message"] == hostile(*CONTENT)
+    assert messages[2]["function_responses"][0]["response"] == {"ok": hostile(*AGENT)}
 
     # Every field hostile: the row folds, and still no control character is printed.
     evil = hostile(*EVERY)
@@ -255,7 +255,7 @@ def test_messages_escapes_roles_authors_and_content(
     (message,) = _json(capsys, argv)["messages"]
     assert message["content"] == message["author"] == evil
     assert message["metadata"] == {"m": evil}
-    assert message["requested_input"]["payload"] == {evil: [evil]}
+    assert message["requested_inputs"][0]["payload"] == {evil: [evil]}
     assert main([*url, "sessions", "export", sid, "--scope", tenant]) == 0
     exported = json.loads(capsys.readouterr().out)
     assert exported["session"]["title"] == hostile(*TITLE)

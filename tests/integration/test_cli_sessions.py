@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import cortex
-from cortex import NewMessage, RequestedInput, use_scope
+from cortex import NewMessage, RequestedInput, SessionDetail, use_scope
 from cortex.cli import (
     EXIT_CONFLICT,
     EXIT_ERROR,
@@ -30,6 +30,23 @@ _SCHEMA = {
     "properties": {"approved": {"type": "boolean"}},
     "required": ["approved"],
 }
+
+
+# What a message is in the CLI's JSON: every field, and not the deprecated
+# requested_input and function_response (the first of each list).
+_MESSAGE_KEYS = (
+    "id",
+    "session_id",
+    "seq",
+    "role",
+    "content",
+    "author",
+    "requested_inputs",
+    "function_responses",
+    "metadata",
+    "payload",
+    "created_at",
+)
 
 
 def _seed(database: Database, scope: str, title: str) -> str:
@@ -95,7 +112,11 @@ def test_the_operators_loop(
     assert main([*url, "sessions", "messages", sid, *scope, "--last", "1", "--json"]) == 0
     (last,) = json.loads(capsys.readouterr().out)["messages"]
     assert last["seq"] == 2
-    assert last["requested_input"]["interrupt_id"] == "approve-refund"
+    # One shape: the lists, without the deprecated first-of-each fields.
+    assert [q["interrupt_id"] for q in last["requested_inputs"]] == ["approve-refund"]
+    assert last["function_responses"] == []
+    assert "requested_input" not in last
+    assert "function_response" not in last
 
     bad = ["--interrupt", "approve-refund", "--response", '{"approved": "yes"}']
     assert main([*url, "sessions", "resume", sid, *scope, *bad]) == EXIT_USAGE
@@ -103,11 +124,14 @@ def test_the_operators_loop(
     good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
     assert main([*url, "sessions", "resume", sid, *scope, *good, "--author", "ops@acme"]) == 0
     assert "resumed" in capsys.readouterr().out
+    assert main([*url, "sessions", "messages", sid, *scope, "--last", "1", "--json"]) == 0
+    (answer,) = json.loads(capsys.readouterr().out)["messages"]
+    assert sorted(answer) == sorted(_MESSAGE_KEYS)
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == 6  # already answered
 
     assert main([*url, "sessions", "mark", sid, *scope, "--reason", "draining", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "interrupted"
-    assert main([*url, "sessions", "clear", sid, *scope]) == 0
+    assert main([*url, "sessions", "unmark", sid, *scope]) == 0
     assert "idle" in capsys.readouterr().out
 
     assert main([*url, "sessions", "export", sid, *scope]) == 0
@@ -115,8 +139,9 @@ def test_the_operators_loop(
     assert transcript["session"]["id"] == sid
     assert transcript["session"]["metadata"] == {"ticket": "T-7", "tier": "gold"}
     assert [m["seq"] for m in transcript["messages"]] == [1, 2, 3]
-    assert transcript["messages"][2]["function_response"]["response"] == {"approved": True}
+    assert transcript["messages"][2]["function_responses"][0]["response"] == {"approved": True}
     assert transcript["messages"][2]["author"] == "ops@acme"
+    assert all(sorted(m) == sorted(_MESSAGE_KEYS) for m in transcript["messages"])
 
     assert main([*url, "sessions", "messages", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
     assert main([*url, "sessions", "export", sid, "--scope", f"{tenant}-x"]) == EXIT_NOT_FOUND
@@ -139,17 +164,130 @@ def test_what_an_operator_expects(
     # An empty listing says so instead of drawing an empty box.
     assert main([*url, "sessions", "list", "--scope", f"{tenant}/nobody"]) == 0
     assert capsys.readouterr().out.strip() == f"no sessions in {tenant}/nobody match"
-    # mark, clear and abort answer --json with the session.
+    # mark, unmark and abort answer --json with the session.
     assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain", "--json"]) == 0
     marked = json.loads(capsys.readouterr().out)
     assert (marked["id"], marked["state"]) == (sid, "paused")  # its question still waits
-    assert main([*url, "sessions", "clear", sid, *scope, "--json"]) == 0
+    assert main([*url, "sessions", "unmark", sid, *scope, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["id"] == sid
+    # resume --json prints the answer as messages --json does.
+    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
+    assert main([*url, "sessions", "resume", sid, *scope, *good, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert sorted(answer) == sorted(_MESSAGE_KEYS)
+    assert [a["id"] for a in answer["function_responses"]] == ["approve-refund"]
     assert main([*url, "sessions", "abort", sid, *scope, "--reason", "gone", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "aborted"
     # Answering an aborted session is a conflict, as other stored state is.
-    good = ["--interrupt", "approve-refund", "--response", '{"approved": true}']
     assert main([*url, "sessions", "resume", sid, *scope, *good]) == EXIT_CONFLICT
+
+
+def test_the_listing_says_what_each_session_waits_on_or_why_it_stopped(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paused = _seed(database, f"{tenant}/u1", "Paused one")
+    aborted = _seed(database, f"{tenant}/u2", "Aborted one")
+    marked = _seed(database, f"{tenant}/u3", "Marked one")
+    long = "a reason far longer than any table cell should show " * 4
+
+    async def stop() -> str:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(tenant):
+                await store.abort_session(aborted, "customer [bold]withdrew\x1b[2J")
+                await store.resume(marked, "approve-refund", {"approved": True})
+                await store.mark_interrupted(marked, long)
+                # Two questions pending: the first is named, the rest counted.
+                twice = await store.create_session("billing-bot", title="Two questions")
+                asks = [
+                    RequestedInput(interrupt_id=f"q{n}", message=f"Question {n}?") for n in (1, 2)
+                ]
+                await store.append_message(
+                    twice.id, NewMessage("assistant", "two", requested_inputs=asks)
+                )
+                idle = await store.create_session("billing-bot", title="Idle one")
+                return idle.id
+
+    idle = anyio.run(stop)
+    url = ["--database-url", database.owner_url]
+    assert main([*url, "sessions", "list", "--scope", tenant]) == 0
+    out = capsys.readouterr().out
+    assert "why" in out.splitlines()[2]  # the header
+    rows = {line.split()[1]: line for line in out.splitlines() if "ses_" in line}
+    assert "approve-refund: Approve a $140 refund?" in rows[paused]
+    assert "customer [bold]withdrew\\x1b[2J" in rows[aborted]  # literal, escaped
+    assert "a reason far longer" in rows[marked]
+    assert long.strip() not in out
+    assert "…" in rows[marked]
+    (two,) = (line for line in rows.values() if "Two questions" in line)
+    assert "q1: Question 1? (+1 more)" in two
+    assert rows[idle].split("│")[-2].strip() == ""  # idle: nothing to say
+    # --json carries the same, as show --json names it.
+    assert main([*url, "sessions", "list", "--scope", tenant, "--json"]) == 0
+    listed = {s["id"]: s for s in json.loads(capsys.readouterr().out)["sessions"]}
+    assert [p["interrupt_id"] for p in listed[paused]["pending"]] == ["approve-refund"]
+    assert listed[aborted]["abort_reason"] == "customer [bold]withdrew\x1b[2J"
+    assert listed[aborted]["pending"] == []
+    assert listed[marked]["interrupt_reason"] == long
+    assert (listed[idle]["pending"], listed[idle]["abort_reason"]) == ([], None)
+
+
+def test_schemas_and_answers_are_shown_in_the_order_written(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 45")
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+    assert main([*url, "sessions", "show", sid, *scope]) == 0
+    shown = capsys.readouterr().out
+    # As _SCHEMA has them (jsonb would put "required" first: it is shorter).
+    assert shown.index('"properties"') < shown.index('"required"')
+    answer = '{"zeta": 1, "approved": true, "a": 2}'
+    resume = ["--interrupt", "approve-refund", "--response", answer, "--author", ""]
+    assert main([*url, "sessions", "resume", sid, *scope, *resume]) == 0
+    assert main([*url, "sessions", "messages", sid, *scope]) == 0
+    said = capsys.readouterr().out
+    assert f"[answers approve-refund: {answer}]" in said
+    assert "by -" not in said
+    assert main([*url, "sessions", "export", sid, *scope]) == 0
+    (*_, answered) = json.loads(capsys.readouterr().out)["messages"]
+    assert list(answered["function_responses"][0]["response"]) == ["zeta", "approved", "a"]
+    assert list(answered["function_responses"][0]) == ["id", "name", "response"]
+
+
+def test_unmark_is_the_name_and_clear_an_old_one(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 44")
+    url = ["--database-url", database.owner_url]
+    scope = ["--scope", tenant]
+    # The help names unmark, and not clear (which Store.clear_messages means otherwise).
+    assert main(["sessions", "--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "unmark" in listed
+    assert "clear" not in listed
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain"]) == 0
+    capsys.readouterr()
+    assert main([*url, "sessions", "unmark", sid, *scope, "--json"]) == 0
+    done = capsys.readouterr()
+    assert json.loads(done.out)["state"] == "paused"
+    assert done.err == ""
+    # The old name still works, and says once, on stderr, what to use instead.
+    assert main([*url, "sessions", "mark", sid, *scope, "--reason", "drain"]) == 0
+    capsys.readouterr()
+    assert main([*url, "sessions", "clear", sid, *scope, "--json"]) == 0
+    done = capsys.readouterr()
+    assert json.loads(done.out)["id"] == sid
+    assert done.err.count("\n") == 1
+    assert "deprecated" in done.err
+    assert "cortex sessions unmark" in done.err
+    inspected = anyio.run(_inspect, database, tenant, sid)
+    assert inspected.interrupt_reason is None
+
+
+async def _inspect(database: Database, scope: str, sid: str) -> SessionDetail:
+    async with cortex.connect(database.app_url) as store:
+        with use_scope(scope):
+            return await store.inspect_session(sid)
 
 
 @pytest.fixture

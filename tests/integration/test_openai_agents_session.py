@@ -458,3 +458,46 @@ async def test_messages_written_without_an_item_read_as_items(
         item("assistant", "operator note"),
         item("user", "a list"),
     ]
+
+
+def test_the_cli_names_the_tools_called_and_answered(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cortex.cli import main
+
+    long = "x" * 500
+
+    async def seed() -> str:
+        session = CortexSession("conversation", database.app_url, scope=tenant)
+        try:
+            await session.add_items(
+                [
+                    item("user", "Weather in Paris?"),
+                    cast(
+                        TResponseInputItem,
+                        {
+                            "type": "function_call",
+                            "call_id": "call_1",
+                            "name": "get_weather",
+                            "arguments": '{"city": "Paris\x1b[2J"}',
+                        },
+                    ),
+                    cast(
+                        TResponseInputItem,
+                        {"type": "function_call_output", "call_id": "call_1", "output": long},
+                    ),
+                ]
+            )
+        finally:
+            await session.close()
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(tenant):
+                return (await store.get_session_by_key("openai-agents", "conversation")).id
+
+    sid = asyncio.run(seed())
+    argv = ["--database-url", database.owner_url, "sessions", "messages", sid, "--scope", tenant]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert '[calls get_weather: {"city": "Paris\\x1b[2J"}]' in out  # named, escaped
+    assert "[answers get_weather]" in out  # the output is the content already, not repeated
+    assert "…" not in out

@@ -109,3 +109,73 @@ async def test_backslash_u0000_text_is_not_a_nul(store: cortex.Store, tenant: st
             await store.create_session("bot", metadata={"p": "C:\x00dir"})
         with pytest.raises(cortex.InvalidInput):
             await store.create_session("bot", metadata={"C:\x00": 1})
+
+
+# Keys in an order jsonb does not keep (it sorts shorter keys first), and a
+# number it respells.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"zeta": {"type": "number"}, "a": {"type": "string"}},
+    "required": ["zeta"],
+    "additionalProperties": False,
+}
+PAYLOAD: dict[str, Any] = {"zeta": 1e16, "amount": 140, "a": [{"yy": 1, "x": 2}]}
+ANSWER: dict[str, Any] = {"zeta": 1e16, "a": "ok"}
+
+
+async def _ask_and_answer(store: cortex.Store) -> tuple[str, cortex.Message]:
+    session = await store.create_session("bot")
+    ask = [
+        cortex.RequestedInput(interrupt_id=n, response_schema=SCHEMA, payload=PAYLOAD)
+        for n in ("q1", "q2", "q3")
+    ]
+    await store.append_message(session.id, NewMessage("assistant", "ok?", requested_inputs=ask))
+    answered = await store.resume(session.id, "q1", ANSWER)
+    both = [cortex.FunctionResponse(id=n, response=ANSWER) for n in ("q2", "x")]
+    await store.append_message(session.id, NewMessage("tool", function_responses=both))
+    return session.id, answered
+
+
+async def test_questions_and_answers_come_back_as_written(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    with use_scope(tenant):
+        sid, answered = await _ask_and_answer(store)
+        detail = await store.inspect_session(sid)
+        asked, first, second = await store.list_messages(sid)
+        _, history = await store.get_session_with_messages(sid)
+    assert same(answered.function_responses[0].response, ANSWER)
+    (pending,) = detail.pending
+    assert same(pending.response_schema, SCHEMA)
+    assert same(pending.payload, PAYLOAD)
+    for message in (asked, history[0]):
+        for question in message.requested_inputs:
+            assert same(question.response_schema, SCHEMA)
+            assert same(question.payload, PAYLOAD)
+    for message in (first, second, history[1], history[2]):
+        for answer in message.function_responses:
+            assert same(answer.response, ANSWER)
+    # Rows written before revision 20261205000020 have no text: their jsonb is read.
+    await owner_conn.execute(
+        "UPDATE messages SET requested_input_json = NULL, function_response_json = NULL,"
+        " more_requested_inputs_json = NULL, more_function_responses_json = NULL"
+        " WHERE tenant_id = $1",
+        tenant,
+    )
+    await owner_conn.execute(
+        "UPDATE pending_inputs SET response_schema_json = NULL, payload_json = NULL"
+        " WHERE tenant_id = $1",
+        tenant,
+    )
+    with use_scope(tenant):
+        detail = await store.inspect_session(sid)
+        old = await store.list_messages(sid)
+    assert detail.pending[0].response_schema == SCHEMA  # the same value, in jsonb's order
+    assert list(detail.pending[0].response_schema) == [
+        "type",
+        "required",
+        "properties",
+        "additionalProperties",
+    ]
+    assert [q.payload for q in old[0].requested_inputs] == [{**PAYLOAD, "zeta": 10**16}] * 3
+    assert [a.response for a in old[2].function_responses] == [{**ANSWER, "zeta": 10**16}] * 2

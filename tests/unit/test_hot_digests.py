@@ -22,12 +22,12 @@ from cortex._sql.hot import hot_composites
 # INTEGER and give the second.
 _PINNED = {
     False: {
-        (118, "0c7dcbf6b89e86f324f3cd16a28424d494b33269867719175adc284efb215a02"),
-        (118, "36369b2ea4a5fff22a30f31da7b46a672321e75c38231f2a9fc73a8d45adf1f8"),
+        (118, "fd0bc5160433b878b159e55c51e18167edbf40db12db522dc4e9452886e65738"),
+        (118, "f731e5ed7483caf5bce25fa5d6112b5b6159f66f0ad30060d2fd7934d8138456"),
     },
     True: {
-        (102, "59eac13c438fc86aa1be4adb06e390ea5e6b37f5105bac91687f5e7c5de9d071"),
-        (102, "85d2794c6b36ddce033d2abd9b8f361b324a658006ebf93e1891a2d395c0c9ec"),
+        (102, "7e7a6b1a3b2cf38fd2b66bb19eaedd89d014766ba6d5fb50d668d52238c72185"),
+        (102, "bac0d7df211c06f6c6b3f5dbb728c83c8473962bccc13f59232ad7cab8acea76"),
     },
 }
 

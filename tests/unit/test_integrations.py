@@ -64,3 +64,39 @@ def test_backing_refuses_what_is_neither_a_store_nor_a_url() -> None:
             Backing("postgresql://x@y/z", scope)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="database URL"):
         Backing("mysql://x@y/z", None)
+
+
+def test_tool_uses_read_from_each_frameworks_payload() -> None:
+    from cortex.integrations._payloads import ToolUse, tool_uses
+
+    adk_event = {
+        "author": "agent",
+        "content": {
+            "role": "model",
+            "parts": [
+                {"text": "Let me look."},
+                {"function_call": {"id": "c1", "name": "lookup", "args": {"n": 1}}},
+                {"function_response": {"id": "c0", "name": "ask", "response": {"ok": True}}},
+            ],
+        },
+    }
+    assert tool_uses(adk_event) == [
+        ToolUse("call", "lookup", "c1", {"n": 1}),
+        ToolUse("answer", "ask", "c0", {"ok": True}),
+    ]
+    call = {"type": "function_call", "call_id": "k", "name": "f", "arguments": '{"a": 1}'}
+    assert tool_uses(call) == [ToolUse("call", "f", "k", '{"a": 1}')]
+    output = {"type": "function_call_output", "call_id": "k", "output": "2"}
+    assert tool_uses(output) == [ToolUse("answer", "", "k", "2")]
+    search = {"type": "web_search_call", "id": "ws", "action": {"query": "q"}}
+    assert tool_uses(search) == [ToolUse("call", "web_search", "ws", {"query": "q"})]
+    # Anything else holds no tool use, however odd.
+    for other in (
+        None,
+        [1],
+        "text",
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": []},
+        {"content": {"parts": [5, {"function_call": "not a dict"}]}},
+    ):
+        assert tool_uses(other) == []
