@@ -11,6 +11,7 @@ import contextlib
 import json
 from typing import Any, Final
 
+import anyio
 from rich.console import Console
 from rich.table import Table
 
@@ -67,6 +68,10 @@ def _list_filter(args: argparse.Namespace) -> ListFilter:
 _WHY_WIDTH: Final = 48
 
 
+# Concurrent detail reads of a listing, below the default pool size of five.
+_DETAIL_READS = 4
+
+
 def _short(text: str, width: int = _WHY_WIDTH, *, in_json: bool = False) -> str:
     """``text`` cut to what draws in ``width`` columns once escaped, with "…" if it was cut.
 
@@ -85,12 +90,19 @@ def _short(text: str, width: int = _WHY_WIDTH, *, in_json: bool = False) -> str:
 
 async def _details(store: Store, found: list[Session]) -> dict[str, SessionDetail]:
     """What each listed session waits on or why it stopped: its detail, for every one not idle."""
-    details = {}
-    for s in found:
-        if s.state is SessionState.IDLE:
-            continue  # nothing pending, no marker
-        with contextlib.suppress(NotFound):  # deleted since the page was read
-            details[s.id] = await store.inspect_session(s.id)
+    details: dict[str, SessionDetail] = {}
+    # A few reads at a time: a page of paused sessions costs round trips, not their sum.
+    limit = anyio.Semaphore(_DETAIL_READS)
+
+    async def read(session_id: str) -> None:
+        async with limit:
+            with contextlib.suppress(NotFound):  # deleted since the page was read
+                details[session_id] = await store.inspect_session(session_id)
+
+    async with anyio.create_task_group() as tg:
+        for s in found:
+            if s.state is not SessionState.IDLE:  # an idle one has nothing pending, no marker
+                tg.start_soon(read, s.id)
     return details
 
 
