@@ -161,6 +161,7 @@ def test_newcomer_path(migrated: dict[str, str], tmp_path: Path) -> None:
         "2 ['Let me check.']",
         "1 Invoice dispute",
         "0",
+        "['Invoice dispute']",
         "isolated",
     ]
 
