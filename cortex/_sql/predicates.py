@@ -232,8 +232,8 @@ def metadata_clause(i: int) -> ColumnElement[bool]:
     containment (``@>``), which would let ``[1, 2]`` match ``[1]``. The
     metadata is read as the session shows it (cortex._sql.sessions.METADATA_TEXT):
     the verbatim ``json`` column, else a legacy row's ``jsonb``; only the
-    key's value is converted to jsonb, which cost half what converting the
-    whole document did on each row a page reads (docs/benchmarks.md).
+    key's value is converted to jsonb, cheaper than converting the whole
+    document on every row a page reads (docs/benchmarks.md, 2026-12-02).
     """
     key = text_param(row_name(METADATA_KEY, i))
     stored = sa.case(
