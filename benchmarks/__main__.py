@@ -11,7 +11,9 @@ release writing throughout), ``memory`` (peak client RSS while
 ``iter_sessions`` walks ``--n`` sessions, default 1,000,000, and
 ``list_messages`` pages through a session of a tenth as many messages) and
 ``cpu`` (client and server CPU per call: the physical floor, cortex's routine
-through raw asyncpg, and the store) and ``indexes`` (what each promise's
+through raw asyncpg, and the store), ``filters`` (listing pages filtered by
+metadata and by time, beside the unfiltered page, on ``--n`` sessions,
+default 1,000,000) and ``indexes`` (what each promise's
 indexes cost an append: 8 tasks on their own sessions beside the physical
 floor, with the schema as built and without each group). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
@@ -40,7 +42,7 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes")
+SEPARATE = ("migration", "memory", "cpu", "indexes", "filters")
 
 
 @contextmanager
@@ -90,6 +92,12 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
 
         return indexes.Params(
             n=args.n or (40 if quick else 400), concurrency=c, rounds=2 if quick else 4
+        )
+    if scenario == "filters":
+        from benchmarks import filters
+
+        return filters.Params(
+            sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
         )
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
@@ -165,6 +173,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import indexes
 
             modules["indexes"] = indexes
+        if scenario == "filters":
+            from benchmarks import filters
+
+            modules["filters"] = filters
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {

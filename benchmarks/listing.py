@@ -48,6 +48,7 @@ class Query:
     flt: ListFilter
     count: bool = False
     depth: int = 0  # > 0: a keyset page at this depth instead of an offset
+    repeats: int = 0  # > 0: timed calls per side for this query instead of the scenario's
 
 
 def queries(org0_size: int) -> list[Query]:
@@ -173,18 +174,30 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
     await seed(db.owner_url, sessions=p.sessions)
     await _mark_paused(db.owner_url)
     print(f"  seeded {p.sessions:,} sessions in {time.perf_counter() - started:.0f} s")
-    conn = await asyncpg.connect(db.owner_url)
+    org0 = await tenant_size(db.owner_url, "org0")
+    return await measure(db, queries(org0), repeats=p.repeats, blocks=p.blocks), True
+
+
+async def tenant_size(owner_url: str, tenant: str) -> int:
+    """How many sessions ``tenant`` holds."""
+    conn = await asyncpg.connect(owner_url)
     try:
-        org0 = int(await conn.fetchval("SELECT count(*) FROM sessions WHERE tenant_id = 'org0'"))
+        return int(
+            await conn.fetchval("SELECT count(*) FROM sessions WHERE tenant_id = $1", tenant)
+        )
     finally:
         await conn.close()
+
+
+async def measure(db: BenchDatabase, qs: list[Query], *, repeats: int, blocks: int) -> list[Result]:
+    """p50/p95 of each query through the store and through raw asyncpg, in alternating blocks."""
     results: list[Result] = []
     async with cortex.connect(db.app_url, pool_size=2, max_overflow=0) as store:
         pool = await asyncpg.create_pool(db.app_url, min_size=2, max_size=2)
         assert pool is not None
         floor = Floor(pool)
         try:
-            for q in queries(org0):
+            for q in qs:
                 scope = Scope.parse(q.scope)
                 cursor = await _cursor_at(db.owner_url, scope.tenant, q.depth)
                 sql, args = listing_sql(
@@ -229,8 +242,8 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                     await floor.run(scope.tenant, sql, args, custom_plans=custom)
 
                 cortex_side, floor_side = Side(), Side()
-                reps = max(1, p.repeats // (p.blocks // 2 or 1))
-                for block in range(p.blocks):
+                reps = max(1, (q.repeats or repeats) // (blocks // 2 or 1))
+                for block in range(blocks):
                     side, call = (
                         (cortex_side, cortex_call) if block % 2 == 0 else (floor_side, floor_call)
                     )
@@ -259,4 +272,4 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Result], bool]:
                 results.append(result)
         finally:
             await pool.close()
-    return results, True
+    return results

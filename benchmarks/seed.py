@@ -42,7 +42,13 @@ Data shape (the one docs/query-plans.md and the design research use):
   the last one's content is the session's ``last_message`` and its
   ``created_at`` the session's ``updated_at``, and ``message_count`` = n;
 * ids are UUIDv7: the 48-bit millisecond timestamp of the row's
-  ``created_at``, the rest from ``md5`` of the row number.
+  ``created_at``, the rest from ``md5`` of the row number;
+* with ``metadata=True``, every session's metadata is a compact JSON object
+  of about 110 bytes (:data:`METADATA_SHAPE`), as cortex writes it into
+  ``metadata_json``: ``channel`` is ``"web"`` for ~1 % of the sessions of
+  every tenant and one of four others otherwise, ``priority`` 0-2, a nested
+  ``customer`` object and a ``tags`` array. Without it, metadata is ``{}``
+  (the legacy jsonb column's default, ``metadata_json`` NULL).
 
 Afterwards both tables are ``VACUUM ANALYZE``-d (visibility map and statistics
 ready for index-only scans and plans), and the timings are printed.
@@ -72,7 +78,7 @@ from rich.progress import (
 
 from cortex._db.engine import driver_dsn
 
-__all__ = ["ANCHOR", "CHUNK", "main", "seed", "vocabulary"]
+__all__ = ["ANCHOR", "CHUNK", "METADATA_SHAPE", "main", "seed", "vocabulary"]
 
 # updated_at lies in the 90 days before this instant (fixed, so runs repeat exactly).
 ANCHOR: Final = datetime(2026, 9, 1, tzinfo=UTC)
@@ -90,6 +96,11 @@ _CODAS: Final = ("", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "rk
 # Never inside a generated word: the search measurements count on these being rare.
 _RESERVED: Final = ("invoice", "zanzibar", "off")
 _MASK53: Final = (1 << 53) - 1
+# What ``metadata=True`` gives a session (values drawn per row; see the module docstring).
+METADATA_SHAPE: Final = (
+    '{"channel":"web","priority":1,"customer":{"tier":"gold","region":"eu-west"},'
+    '"tags":["refund","vip"],"source":"import"}'
+)
 
 
 def vocabulary(size: int = VOCABULARY_SIZE, *, seed: int = 20260901) -> list[str]:
@@ -202,12 +213,28 @@ def _session_rows(vocab_size: int, tenant: str | None = None) -> str:
     """
 
 
-def _insert_sessions(vocab_size: int, tenant: str | None = None) -> str:
+def _metadata_json(n: str) -> str:
+    """SQL: the compact JSON text of session ``n``'s metadata (:data:`METADATA_SHAPE`)."""
+    channel = (
+        f"CASE WHEN {_rand(40, n)} < 0.01 THEN 'web' "
+        f"ELSE (ARRAY['email', 'chat', 'phone', 'api'])[1 + floor({_rand(41, n)} * 4)::int] END"
+    )
+    tier = f"(ARRAY['gold', 'silver', 'bronze'])[1 + floor({_rand(43, n)} * 3)::int]"
+    region = f"(ARRAY['eu-west', 'us-east', 'ap-south'])[1 + floor({_rand(44, n)} * 3)::int]"
+    tag = f"(ARRAY['refund', 'billing', 'login', 'bug', 'vip'])[1 + floor({_rand(45, n)} * 5)::int]"
+    return (
+        f"""('{{"channel":"' || {channel} || '","priority":' || floor({_rand(42, n)} * 3)::int"""
+        f"""  || ',"customer":{{"tier":"' || {tier} || '","region":"' || {region}"""
+        f"""  || '"}},"tags":["' || {tag} || '"],"source":"import"}}')::json"""
+    )
+
+
+def _insert_sessions(vocab_size: int, tenant: str | None = None, metadata: bool = False) -> str:
     """SQL: insert sessions $2..$3 with $5 messages each (counts and previews)."""
     return f"""
         INSERT INTO sessions (
             tenant_id, id, agent_id, scope, scope_depth, scope_l2, scope_l3, title, is_default,
-            message_count, last_message, created_at, updated_at
+            message_count, last_message, created_at, updated_at, metadata_json
         )
         SELECT s.tenant_id, s.id, s.agent_id, s.scope, s.scope_depth, s.scope_l2, s.scope_l3,
                s.title,
@@ -224,7 +251,8 @@ def _insert_sessions(vocab_size: int, tenant: str | None = None) -> str:
                    ),
                $5::int,
                CASE WHEN $5::int > 0 THEN s.last_message ELSE '' END,
-               s.created_at, s.updated_at
+               s.created_at, s.updated_at,
+               {_metadata_json("s.n") if metadata else "NULL::json"}
         FROM ({_session_rows(vocab_size, tenant)}) AS s
     """
 
@@ -279,6 +307,7 @@ async def seed(
     progress: bool = True,
     chunk: int = CHUNK,
     tenant: str | None = None,
+    metadata: bool = False,
 ) -> None:
     """Fill the migrated, empty database at ``url`` with ``sessions`` sessions and their messages.
 
@@ -286,6 +315,7 @@ async def seed(
     same arguments give the same rows. ``tenant`` (lowercase letters and
     digits): every session in that one tenant, e.g. to walk them all in one
     ``iter_sessions``; by default they spread over ``org0 .. org99``.
+    ``metadata``: give every session metadata (see the module docstring).
     """
     if sessions < 0 or not 0 <= messages_per_session < 4096 or chunk < 1:
         raise ValueError("sessions >= 0, 0 <= messages_per_session < 4096 and chunk >= 1")
@@ -293,7 +323,7 @@ async def seed(
         raise ValueError("tenant: 1-32 lowercase letters and digits")
     console = Console(stderr=True)
     words = vocabulary()
-    session_sql = _insert_sessions(len(words), tenant)
+    session_sql = _insert_sessions(len(words), tenant, metadata)
     message_sql = _insert_messages(len(words), tenant)
     timings: list[tuple[str, int, float]] = []
     conn = await asyncpg.connect(driver_dsn(url))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from datetime import datetime
 from typing import Any, Final
 
 import anyio
@@ -52,6 +53,39 @@ def _message_json(m: Message) -> dict[str, Any]:
     return m.model_dump(mode="json", exclude=_DEPRECATED)
 
 
+def _metadata(pairs: list[str] | None) -> dict[str, Any] | None:
+    """``--metadata KEY=JSON`` options as one metadata filter (None if none were given)."""
+    if not pairs:
+        return None
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--metadata: {pair!r} is not KEY=JSON")
+        if key in found:
+            raise UsageError(f"--metadata: key {key!r} given twice")
+        try:
+            found[key] = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(
+                f"--metadata: {key!r}: not JSON ({exc}); a string is quoted: {key}='\"text\"'"
+            ) from None
+    return found
+
+
+def _instant(text: str | None, option: str) -> datetime | None:
+    """An ISO 8601 instant with its UTC offset (``Z`` or ``+hh:mm``); None if not given."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not an ISO 8601 date and time") from None
+    if when.utcoffset() is None:
+        raise UsageError(f"{option}: {text!r} has no UTC offset (add Z or +hh:mm)")
+    return when
+
+
 def _list_filter(args: argparse.Namespace) -> ListFilter:
     return ListFilter(
         agent_id=args.agent,
@@ -59,6 +93,11 @@ def _list_filter(args: argparse.Namespace) -> ListFilter:
         default_only=args.default_only,
         search=args.search,
         state=SessionState(args.state) if args.state else None,
+        metadata=_metadata(args.metadata),
+        created_after=_instant(args.created_after, "--created-after"),
+        created_before=_instant(args.created_before, "--created-before"),
+        updated_after=_instant(args.updated_after, "--updated-after"),
+        updated_before=_instant(args.updated_before, "--updated-before"),
         limit=args.limit,
         offset=args.offset,
     )
@@ -464,6 +503,23 @@ def add_session_commands(
     listing.add_argument(
         "--state", choices=[s.value for s in SessionState], help="only sessions in this state"
     )
+    listing.add_argument(
+        "--metadata",
+        action="append",
+        metavar="KEY=JSON",
+        help="only sessions whose metadata holds KEY with exactly this JSON value (repeatable)",
+    )
+    for edge, what in (
+        ("created-after", "created after"),
+        ("created-before", "created before"),
+        ("updated-after", "last active after"),
+        ("updated-before", "last active before"),
+    ):
+        listing.add_argument(
+            f"--{edge}",
+            metavar="WHEN",
+            help=f"only sessions {what} this instant (ISO 8601 with a UTC offset, exclusive)",
+        )
     listing.add_argument("--limit", type=int, default=0, help="1-1000 (default 50)")
     listing.add_argument("--offset", type=int, default=0, help="skip this many sessions first")
     command("show", "one session: metadata, state, pending inputs with their schemas", cmd_show)

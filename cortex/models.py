@@ -11,7 +11,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import lru_cache, partial
 from json.encoder import encode_basestring as _json_string
@@ -47,6 +47,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
+    "MAX_METADATA_FILTER_KEYS",
     "MAX_PAYLOAD_BYTES",
     "MAX_SEARCH_LENGTH",
     "MAX_TITLE_LENGTH",
@@ -86,6 +87,8 @@ MAX_SCOPE_DATA: Final = 8
 """Scopes one call may write state to (a scope has at most 8 segments)."""
 MAX_SEARCH_LENGTH: Final = 200
 """Characters in a ListFilter search term."""
+MAX_METADATA_FILTER_KEYS: Final = 16
+"""Top-level keys one ListFilter.metadata may name (each is one condition in the statement)."""
 MAX_LIST_LIMIT: Final = 1_000
 """Largest page a listing returns."""
 DEFAULT_LIST_LIMIT: Final = 50
@@ -175,6 +178,38 @@ def _json(value: Any) -> Any:
 def _payload(value: Any) -> Any:
     encode_json(value, MAX_PAYLOAD_BYTES)
     return value
+
+
+class _MetadataFilter(dict[str, Any]):
+    """A validated metadata filter, with each value's compact JSON text kept, by key.
+
+    The texts are taken when the filter is validated: a value the caller
+    changes afterwards does not reach the statement unchecked.
+    """
+
+    pairs: tuple[tuple[str, str], ...]
+
+
+def _metadata_filter(value: dict[str, Any]) -> dict[str, Any]:
+    if len(value) > MAX_METADATA_FILTER_KEYS:
+        raise ValueError(f"at most {MAX_METADATA_FILTER_KEYS} keys, got {len(value)}")
+    # The whole filter, as metadata is bounded: a larger one could match nothing.
+    encode_json(value, MAX_JSON_BYTES)
+    checked = _MetadataFilter(value)
+    checked.pairs = tuple(
+        (key, encode_json(item, MAX_JSON_BYTES)) for key, item in sorted(value.items())
+    )
+    return checked
+
+
+def _aware(value: datetime) -> datetime:
+    try:
+        offset = value.utcoffset()
+        if offset is None:
+            raise ValueError("a timezone-aware datetime (with a UTC offset), not a naive one")
+        return value.astimezone(UTC)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"not a datetime PostgreSQL can hold in UTC ({exc})") from None
 
 
 def _session_key(value: str) -> str:
@@ -305,6 +340,10 @@ MessageLimit = Annotated[
     AfterValidator(lambda limit: limit or DEFAULT_MESSAGE_LIMIT),
 ]
 ListLimit = Annotated[int, Strict(), Field(ge=0, le=MAX_LIST_LIMIT)]
+MetadataFilter = Annotated[dict[str, Any], Strict(), AfterValidator(_metadata_filter)]
+"""Top-level metadata keys to the JSON value each must hold: at most 16 keys, 64 KiB of JSON."""
+AwareTime = Annotated[datetime, Strict(), AfterValidator(_aware)]
+"""A timezone-aware datetime (kept as the same instant in UTC); a naive one is refused."""
 
 
 def invalid(value: Any, field: str, check: Callable[[Any], Any]) -> Any:
@@ -520,7 +559,24 @@ class Session(_Model):
 class ListFilter(_Model):
     """Which sessions list_sessions, count_sessions and iter_sessions return.
 
-    Every field is optional; the scope always comes from the context.
+    Every field is optional and they combine (AND); the scope always comes
+    from the context.
+
+    ``metadata``: sessions whose metadata holds every given top-level key
+    with exactly that JSON value. Values compare as JSON values, not as
+    text: objects are equal whatever their key order, numbers by value
+    (``1`` equals ``1.0``), ``true`` never equals ``1``, and ``None`` (JSON
+    ``null``) matches a key that holds ``null``, never a missing key. ``{}``
+    filters nothing. At most 16 keys and 64 KiB of JSON.
+
+    ``created_after``, ``created_before``, ``updated_after``,
+    ``updated_before``: exclusive bounds on ``created_at`` and
+    ``updated_at``, timezone-aware datetimes only (a naive one is
+    InvalidInput). A window whose after is not before its before (``after
+    >= before``) is allowed and matches nothing. ``updated_*`` bounds narrow
+    the listing's index walk; ``created_*`` and ``metadata`` are checked on
+    each row the walk reads, so a filter matching few of the visible
+    sessions reads many rows for a page.
     """
 
     agent_id: AgentId | None = None
@@ -528,6 +584,11 @@ class ListFilter(_Model):
     default_only: Flag = False
     search: SearchTerm | None = None
     state: SessionState | None = None
+    metadata: MetadataFilter | None = None
+    created_after: AwareTime | None = None
+    created_before: AwareTime | None = None
+    updated_after: AwareTime | None = None
+    updated_before: AwareTime | None = None
     # 1-1000; 0 means DEFAULT_LIST_LIMIT.
     limit: ListLimit = 0
     # 0 to 2**31 - 1: PostgreSQL's OFFSET takes a bigint, but no listing is
@@ -538,6 +599,15 @@ class ListFilter(_Model):
     def page_size(self) -> int:
         """The effective limit: ``limit``, or the default page size when it is 0."""
         return self.limit or DEFAULT_LIST_LIMIT
+
+    @property
+    def metadata_pairs(self) -> tuple[tuple[str, str], ...]:
+        """Each metadata key with its value's compact JSON text, in key order (none: ``()``)."""
+        if not self.metadata:
+            return ()
+        if isinstance(self.metadata, _MetadataFilter):
+            return self.metadata.pairs
+        return cast(_MetadataFilter, _metadata_filter(self.metadata)).pairs
 
 
 # --- messages -----------------------------------------------------------------

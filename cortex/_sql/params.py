@@ -21,6 +21,8 @@ __all__ = [
     "A_SEQS",
     "BATCH_SIZE",
     "BEFORE_SEQ",
+    "CREATED_AFTER",
+    "CREATED_BEFORE",
     "DATA_DELTA",
     "DELETED_SCOPE",
     "DELTAS_DIGEST",
@@ -43,6 +45,8 @@ __all__ = [
     "LIMIT",
     "LOCK_KEY",
     "MARKER_SCOPE",
+    "METADATA_KEY",
+    "METADATA_VALUE",
     "M_AUTHOR",
     "M_AUTHORS",
     "M_CONTENT",
@@ -104,6 +108,8 @@ __all__ = [
     "TARGET_ID",
     "TARGET_PATH",
     "TARGET_SCOPE",
+    "UPDATED_AFTER",
+    "UPDATED_BEFORE",
     "array_param",
     "bool_param",
     "bytes_param",
@@ -144,6 +150,13 @@ SEARCH_PATTERN: Final = "search_pattern"
 SEARCH_IDS: Final = "search_ids"
 AFTER_UPDATED_AT: Final = "after_updated_at"
 AFTER_ID: Final = "after_id"
+# A metadata filter's keys and values (JSON text), suffixed by position (see row_name()).
+METADATA_KEY: Final = "metadata_key"
+METADATA_VALUE: Final = "metadata_value"
+CREATED_AFTER: Final = "created_after"
+CREATED_BEFORE: Final = "created_before"
+UPDATED_AFTER: Final = "updated_after"
+UPDATED_BEFORE: Final = "updated_before"
 
 # --- a new session's columns ---------------------------------------------------------
 

@@ -20,14 +20,18 @@ from functools import cache
 from typing import Any, Final, NamedTuple, TypeVarTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from cortex._sql.params import (
     AFTER_ID,
     AFTER_UPDATED_AT,
     AGENT_ID,
+    CREATED_AFTER,
+    CREATED_BEFORE,
     LIMIT,
+    METADATA_KEY,
+    METADATA_VALUE,
     OFFSET,
     SCOPE,
     SCOPE_HI,
@@ -35,7 +39,10 @@ from cortex._sql.params import (
     SCOPE_PATH,
     SEARCH_IDS,
     SEARCH_PATTERN,
+    UPDATED_AFTER,
+    UPDATED_BEFORE,
     int_param,
+    row_name,
     scope_tenant_param,
     text_param,
     uuid_param,
@@ -53,6 +60,7 @@ __all__ = [
     "exact_clause",
     "filter_params",
     "filter_shape",
+    "metadata_clause",
     "page",
     "path_clause",
     "scope_params",
@@ -162,6 +170,13 @@ class FilterShape(NamedTuple):
     state: SessionState | None
     # The tables are distributed (Citus): see search_clause.
     distributed: bool = False
+    # How many metadata keys the filter names (see metadata_clause).
+    metadata: int = 0
+    # Which time bounds the filter sets (exclusive; see session_predicate).
+    created_after: bool = False
+    created_before: bool = False
+    updated_after: bool = False
+    updated_before: bool = False
 
 
 def filter_shape(scope: Scope, flt: ListFilter, *, distributed: bool = False) -> FilterShape:
@@ -174,7 +189,21 @@ def filter_shape(scope: Scope, flt: ListFilter, *, distributed: bool = False) ->
         bool(flt.search),
         flt.state,
         distributed,
+        len(flt.metadata_pairs),
+        flt.created_after is not None,
+        flt.created_before is not None,
+        flt.updated_after is not None,
+        flt.updated_before is not None,
     )
+
+
+# The time bounds: the bind each is named by, the column it bounds, and its side.
+_BOUNDS: Final = (
+    (CREATED_AFTER, sessions.c.created_at, True),
+    (CREATED_BEFORE, sessions.c.created_at, False),
+    (UPDATED_AFTER, sessions.c.updated_at, True),
+    (UPDATED_BEFORE, sessions.c.updated_at, False),
+)
 
 
 def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
@@ -184,7 +213,37 @@ def filter_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
         params[AGENT_ID] = flt.agent_id
     if flt.search:
         params[SEARCH_PATTERN] = escape_like(flt.search)
+    for i, (key, value) in enumerate(flt.metadata_pairs):
+        params[row_name(METADATA_KEY, i)] = key
+        params[row_name(METADATA_VALUE, i)] = value
+    bounds = (flt.created_after, flt.created_before, flt.updated_after, flt.updated_before)
+    for (name, _, _), bound in zip(_BOUNDS, bounds, strict=True):
+        if bound is not None:
+            params[name] = bound
     return params
+
+
+def metadata_clause(i: int) -> ColumnElement[bool]:
+    """The session's metadata holds key ``metadata_key_<i>`` with the JSON value ``metadata_value_<i>``.
+
+    jsonb equality, so values compare as JSON (objects whatever their key
+    order, numbers by value, ``true`` never ``1``), and a missing key gives
+    NULL, which equals nothing, not even ``null``. Equality per key, never
+    containment (``@>``), which would let ``[1, 2]`` match ``[1]``. The
+    metadata is read as the session shows it (cortex._sql.sessions.METADATA_TEXT):
+    the verbatim ``json`` column, else a legacy row's ``jsonb``; only the
+    key's value is converted to jsonb, cheaper than converting the whole
+    document on every row a page reads (docs/benchmarks.md, 2026-12-02).
+    """
+    key = text_param(row_name(METADATA_KEY, i))
+    stored = sa.case(
+        (
+            sessions.c.metadata_json.is_(None),
+            sessions.c.metadata.op("->", return_type=JSONB())(key),
+        ),
+        else_=sa.cast(sessions.c.metadata_json.op("->", return_type=JSONB())(key), JSONB()),
+    )
+    return stored == sa.cast(text_param(row_name(METADATA_VALUE, i)), JSONB())
 
 
 def search_clause(shape: FilterShape) -> ColumnElement[bool]:
@@ -269,6 +328,14 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
         # non-idle sessions; 'idle' is most sessions, which the listing
         # indexes serve as a filter. Enum values only: nothing to escape.
         conditions.append(sessions.c.state == sa.literal_column(f"'{shape.state.value}'"))
+    conditions.extend(metadata_clause(i) for i in range(shape.metadata))
+    # Exclusive bounds; an updated_at bound is an index condition of every
+    # listing index, whose order is updated_at's.
+    wanted = (shape.created_after, shape.created_before, shape.updated_after, shape.updated_before)
+    for (name, column, after), on in zip(_BOUNDS, wanted, strict=True):
+        if on:
+            bound = sa.bindparam(name, type_=sa.DateTime(timezone=True))
+            conditions.append(column > bound if after else column < bound)
     return sa.and_(*conditions)
 
 

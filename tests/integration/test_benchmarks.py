@@ -188,3 +188,23 @@ def test_indexes_refuses_a_variant_naming_no_index(
     monkeypatch.setattr(indexes, "VARIANTS", (*indexes.VARIANTS, ghost))
     with pytest.raises(RuntimeError, match="ix_sessions_ghost"):
         main(["indexes", "--quick", "--n", "4", "--concurrency", "2", "--dsn", server_url])
+
+
+def test_filters_measures_filtered_pages_beside_the_unfiltered_one(
+    server_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "filters.json"
+    args = ["filters", "--quick", "--n", "3000", "--dsn", server_url, "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "filters"
+    assert report["invariants_ok"] is True  # the filtered listing and count found the seeded rows
+    names = [r["name"] for r in report["results"]]
+    assert names[0] == "page: tenant org0, no filter"
+    assert "page: tenant org0, metadata 1 %" in names
+    assert "count: tenant org0, metadata 1 %" in names
+    for result in report["results"]:
+        for side in (result["cortex"], result["floor"]):
+            assert side["ops"] > 0
+            assert side["p95_ms"] >= side["p50_ms"] > 0
+    assert not out.with_suffix(".png").exists()  # a table, no chart

@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -298,6 +299,8 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
                 ListFilter(agent_id=bot, search="needle", default_only=True),
                 ListFilter(state=cortex.SessionState.PAUSED),
                 ListFilter(limit=1, offset=1),
+                ListFilter(metadata={"k": [1, {"a": None}], "n": 1}, agent_id=bot),
+                ListFilter(created_after=since, updated_before=since + timedelta(days=1)),
             ):
                 await store.list_sessions(flt)
                 await store.count_sessions(flt)

@@ -377,3 +377,44 @@ def test_downgrade_to_an_unknown_revision_is_bad_usage(
     assert main(["--database-url", url, "db", "upgrade"]) == 0
     assert main(["--database-url", url, "db", "downgrade", "nonsense"]) == EXIT_USAGE
     assert "nonsense" in capsys.readouterr().err
+
+
+def test_list_by_metadata_and_time(
+    database: Database, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gold = _seed(database, f"{tenant}/u1", "gold")  # metadata {"ticket": "T-7", "tier": "gold"}
+
+    async def more() -> tuple[str, str]:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(f"{tenant}/u2"):
+                one = await store.create_session("bot", metadata={"tier": "silver", "n": 1.0})
+                other = await store.create_session("bot", metadata={"tier": "gold", "n": True})
+                return one.id, other.id
+
+    silver, gold_true = anyio.run(more)
+    url = ["--database-url", database.app_url]
+
+    def listed(*options: str) -> tuple[list[str], int]:
+        assert main([*url, "sessions", "list", "--scope", tenant, "--json", *options]) == 0
+        out = json.loads(capsys.readouterr().out)
+        return [s["id"] for s in out["sessions"]], out["total"]
+
+    assert listed("--metadata", 'tier="gold"') == ([gold_true, gold], 2)
+    assert listed("--metadata", 'tier="gold"', "--metadata", 'ticket="T-7"') == ([gold], 1)
+    assert listed("--metadata", "n=1") == ([silver], 1)
+    assert listed("--metadata", "n=true") == ([gold_true], 1)
+    assert listed("--metadata", "ticket=null") == ([], 0)
+    assert listed("--metadata", 'tier="gold"', "--agent", "bot") == ([gold_true], 1)
+    everyone = [gold_true, silver, gold]
+    assert listed("--created-after", "2000-01-01T00:00:00Z") == (everyone, 3)
+    assert listed("--updated-before", "2000-01-01T00:00:00+05:00") == ([], 0)
+    assert listed("--created-before", "2999-01-01T00:00:00-08:00", "--limit", "1") == (
+        [gold_true],
+        3,
+    )
+    # The human view names how many matched.
+    assert main([*url, "sessions", "list", "--scope", tenant, "--metadata", "n=1"]) == 0
+    assert f"sessions in {tenant} (1 of 1)" in capsys.readouterr().out
+    assert main([*url, "sessions", "list", "--scope", tenant, "--metadata", "n=2"]) == 0
+    assert capsys.readouterr().out.strip() == f"no sessions in {tenant} match"
+    assert main([*url, "sessions", "list", "--scope", tenant, "--metadata", "n"]) == EXIT_USAGE

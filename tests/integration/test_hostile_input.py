@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, timedelta, timezone
 from typing import Any
 
 import anyio.from_thread
@@ -292,6 +293,46 @@ def test_listing(
     fuzz.check(walk)
     fuzz.check(lambda s: s.list_sessions(flt))
     fuzz.check(lambda s: s.count_sessions(flt))
+
+
+# Instants with no zone, UTC, or any fixed offset a datetime can carry,
+# from year 1 to 9999: the edges overflow once converted to UTC.
+instants = st.datetimes(
+    timezones=st.none()
+    | st.just(UTC)
+    | st.builds(
+        timezone,
+        st.timedeltas(
+            min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)
+        ),
+    )
+)
+
+
+@FUZZ
+@given(
+    meta=wild(metadata),
+    after=wild(st.none() | instants),
+    before=wild(st.none() | instants),
+    which=st.sampled_from(["created", "updated"]),
+    agent=st.none() | text,
+)
+def test_listing_by_metadata_and_time(
+    fuzz: Fuzz, meta: Any, after: Any, before: Any, which: str, agent: Any
+) -> None:
+    drawn(meta, after, before)
+
+    def build() -> ListFilter:
+        bounds = {f"{which}_after": after, f"{which}_before": before}
+        return ListFilter(metadata=meta, agent_id=agent, **bounds)
+
+    async def every_way(store: cortex.Store) -> None:
+        await store.list_sessions(build())
+        await store.count_sessions(build())
+        async for _ in store.iter_sessions(build()):
+            pass
+
+    fuzz.check(every_way)
 
 
 @FUZZ

@@ -159,6 +159,7 @@ def test_newcomer_path(migrated: dict[str, str], tmp_path: Path) -> None:
         "['My invoice is wrong', 'Let me check.']",
         "1 Invoice dispute",
         "0",
+        "['Invoice dispute']",
         "isolated",
     ]
 

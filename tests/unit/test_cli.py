@@ -121,3 +121,72 @@ def test_bad_response_json_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> N
     )
     assert code == EXIT_USAGE
     assert "--response" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--metadata", "channel"], "is not KEY=JSON"),
+        (["--metadata", "channel=web"], "'channel': not JSON"),
+        (["--metadata", "a=1", "--metadata", "a=2"], "key 'a' given twice"),
+        (["--metadata", "a=NaN"], "metadata"),
+        (
+            ["--created-after", "2026-12-01T00:00:00"],
+            "--created-after: '2026-12-01T00:00:00' has no",
+        ),
+        (["--updated-before", "2026-12-01"], "--updated-before: '2026-12-01' has no UTC offset"),
+        (["--updated-after", "yesterday"], "--updated-after: 'yesterday' is not an ISO 8601"),
+        (["--created-before", "2026-13-01T00:00Z"], "--created-before"),
+    ],
+)
+def test_bad_listing_filters_are_bad_usage_before_connecting(
+    options: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--database-url", "postgresql://nobody@127.0.0.1:1/none"]
+    assert main([*url, "sessions", "list", "--scope", "t", *options]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert said in err
+    assert err.count("\n") == 1
+
+
+def test_listing_filters_parse_into_the_list_filter() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from cortex._cli_sessions import _list_filter
+    from cortex.cli import build_parser
+
+    args = build_parser().parse_args(
+        [
+            "sessions",
+            "list",
+            "--scope",
+            "t",
+            "--metadata",
+            'channel="web"',
+            "--metadata",
+            'customer={"tier": "gold", "n": [1, 2.0]}',
+            "--metadata",
+            "=null",
+            "--metadata",
+            'eq="a=b"',
+            "--created-after",
+            "2026-12-01T09:30:00+01:00",
+            "--updated-before",
+            "2026-12-02T00:00:00Z",
+        ]
+    )
+    flt = _list_filter(args)
+    assert flt.metadata == {
+        "channel": "web",
+        "customer": {"tier": "gold", "n": [1, 2.0]},
+        "": None,
+        "eq": "a=b",
+    }
+    assert flt.created_after == datetime(2026, 12, 1, 9, 30, tzinfo=timezone(timedelta(hours=1)))
+    assert flt.updated_before == datetime(2026, 12, 2, tzinfo=UTC)
+    assert flt.created_before is None
+    assert flt.updated_after is None
+    assert (
+        _list_filter(build_parser().parse_args(["sessions", "list", "--scope", "t"])).metadata
+        is None
+    )

@@ -109,3 +109,56 @@ def test_partial_index_predicates_are_constants() -> None:
     text = str(sa.select(sessions.c.id).where(session_predicate(shape)).compile(dialect=_PG))
     assert "sessions.scope_depth >= 2" in text
     assert "sessions.state = 'paused'" in text
+
+
+def test_metadata_is_one_equality_per_key_never_containment() -> None:
+    scope = Scope.parse("acme")
+    flt = ListFilter(metadata={"tags": [1, 2], "channel": "web"})
+    shape, params = filter_shape(scope, flt), filter_params(scope, flt)
+    assert shape.metadata == 2
+    text = sql(session_predicate(shape), params)
+    assert "@>" not in text
+    # Keys in order, each compared as jsonb to its value's JSON text; the
+    # verbatim column unless the row predates it.
+    assert text.count("CASE WHEN (sessions.metadata_json IS NULL)") == 2
+    assert (
+        "THEN sessions.metadata -> 'channel' ELSE CAST(sessions.metadata_json -> 'channel' AS JSONB)"
+        " END = CAST('\"web\"' AS JSONB)"
+    ) in text
+    assert "= CAST('[1,2]' AS JSONB)" in text
+    assert text.index("'channel'") < text.index("'tags'")
+
+
+def test_metadata_keys_and_values_are_binds_whatever_they_hold() -> None:
+    scope = Scope.parse("acme")
+    hostile = ListFilter(metadata={"'; DROP TABLE sessions; --": "') OR true --"})
+    plain = ListFilter(metadata={"k": "v"})
+    # The same shape, so the same statement: the values never reach its text.
+    assert filter_shape(scope, hostile) == filter_shape(scope, plain)
+    params = filter_params(scope, hostile)
+    assert params["metadata_key_0"] == "'; DROP TABLE sessions; --"
+    assert params["metadata_value_0"] == '"\') OR true --"'
+
+
+def test_time_bounds_are_exclusive_and_only_those_given() -> None:
+    from datetime import UTC, datetime
+
+    scope, t = Scope.parse("acme"), datetime(2026, 1, 1, tzinfo=UTC)
+    flt = ListFilter(created_after=t, updated_before=t)
+    shape = filter_shape(scope, flt)
+    assert (shape.created_after, shape.created_before) == (True, False)
+    assert (shape.updated_after, shape.updated_before) == (False, True)
+    text = str(sa.select(sessions.c.id).where(session_predicate(shape)).compile(dialect=_PG))
+    assert "sessions.created_at > $2::TIMESTAMP WITH TIME ZONE" in text
+    assert "sessions.updated_at < $3::TIMESTAMP WITH TIME ZONE" in text
+    assert "$4" not in text
+    params = filter_params(scope, flt)
+    assert params["created_after"] == params["updated_before"] == t
+    assert "created_before" not in params
+    assert "updated_after" not in params
+
+
+def test_no_metadata_or_time_filter_is_the_unfiltered_shape() -> None:
+    scope = Scope.parse("acme/x")
+    assert filter_shape(scope, ListFilter(metadata={})) == filter_shape(scope, ListFilter())
+    assert filter_shape(scope, ListFilter(metadata=None)) == filter_shape(scope, ListFilter())

@@ -264,3 +264,24 @@ def test_row_to_session_builds_the_model_in_field_order() -> None:
     assert empty.metadata == {}
     assert empty.data == {}
     assert empty.metadata is not other.metadata
+
+
+def test_a_list_filter_round_trips_as_json_and_keeps_its_instants() -> None:
+    from datetime import timedelta, timezone
+
+    flt = ListFilter(
+        metadata={"n": [1, {"a": None}], "channel": "web"},
+        created_after=datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=5))),
+    )
+    again = ListFilter.model_validate_json(flt.model_dump_json())
+    assert again == flt
+    assert (
+        again.metadata_pairs
+        == flt.metadata_pairs
+        == (("channel", '"web"'), ("n", '[1,{"a":null}]'))
+    )
+    # The same instant, held in UTC.
+    assert flt.created_after == datetime(2025, 12, 31, 19, tzinfo=UTC)
+    assert flt.created_after is not None
+    assert flt.created_after.tzinfo is UTC
+    assert ListFilter(metadata={}).metadata_pairs == ListFilter().metadata_pairs == ()

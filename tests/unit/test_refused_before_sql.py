@@ -21,6 +21,7 @@ pytestmark = pytest.mark.anyio
 
 SID = format_id("ses", new_uuid())
 BIG = "x" * (64 * 1024 + 1)
+NAIVE = datetime(2026, 1, 1)  # noqa: DTZ001  # without a timezone on purpose
 
 CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("agent id empty", lambda s: s.create_session("")),
@@ -37,6 +38,21 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("update forged", lambda s: s.update_session(_forged(title="t" * 1001))),
     ("update metadata NUL", lambda s: s.update_session(_forged(metadata={"\x00": 1}))),
     ("list offset on iter", lambda s: _drain(s, ListFilter(offset=1))),
+    ("list metadata not a dict", lambda s: s.list_sessions(_filter(metadata=["k", "v"]))),
+    ("list metadata big", lambda s: s.list_sessions(_filter(metadata={"k": BIG}))),
+    ("list metadata NUL key", lambda s: s.list_sessions(_filter(metadata={"\x00": 1}))),
+    ("list metadata NaN", lambda s: s.list_sessions(_filter(metadata={"k": float("nan")}))),
+    (
+        "count metadata keys",
+        lambda s: s.count_sessions(_filter(metadata=dict.fromkeys("abcdefghijklmnopq", 1))),
+    ),
+    (
+        "count naive created",
+        lambda s: s.count_sessions(_filter(created_after=NAIVE)),
+    ),
+    ("list naive updated", lambda s: s.list_sessions(_filter(updated_before=NAIVE))),
+    ("iter naive updated", lambda s: _drain(s, _filter(updated_after=NAIVE))),
+    ("iter created a string", lambda s: _drain(s, _filter(created_before="2026-01-01T00:00:00Z"))),
     ("resolve bad agent", lambda s: s.resolve_session("a b")),
     ("resolve bad id", lambda s: s.resolve_session("a", "x")),
     ("set default bad id", lambda s: s.set_default_session("x")),
@@ -68,6 +84,11 @@ def _forged(**changes: Any) -> Session:
     now = datetime.now(UTC)
     base = Session(id=SID, agent_id="a", scope="acme/x", created_at=now, updated_at=now)
     return base.model_copy(update=changes)
+
+
+def _filter(**fields: Any) -> ListFilter:
+    """A filter forged past its own validation: the store's boundary must refuse it."""
+    return ListFilter.model_construct(**fields)
 
 
 async def _drain(store: Store, flt: ListFilter) -> None:
