@@ -12,6 +12,7 @@ from cortex._db.executor import Row
 from cortex._validate import decode_json, decode_json_of_strings
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id
 from cortex.models import (
+    ForkedFrom,
     FunctionResponse,
     Message,
     PendingInput,
@@ -62,10 +63,21 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
             "pending_count": row["pending_count"],
             "key": row["session_key"],
             "data": decode_data(row["data"]) if data is None else data,
+            "forked_from": _forked_from(row),
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
         in_field_order=True,
+    )
+
+
+def _forked_from(row: Row) -> ForkedFrom | None:
+    source = row["forked_from_id"]
+    if source is None:
+        return None
+    return from_database(
+        ForkedFrom,
+        {"session_id": format_id(SESSION_PREFIX, source), "seq": row["forked_from_seq"]},
     )
 
 

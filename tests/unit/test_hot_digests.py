@@ -22,12 +22,12 @@ from cortex._sql.hot import hot_composites
 # INTEGER and give the second.
 _PINNED = {
     False: {
-        (118, "0c7dcbf6b89e86f324f3cd16a28424d494b33269867719175adc284efb215a02"),
-        (118, "36369b2ea4a5fff22a30f31da7b46a672321e75c38231f2a9fc73a8d45adf1f8"),
+        (118, "1d60dfad3d4d79779edb9bada577d795808871247403f7863216798b7cb17e3b"),
+        (118, "8251b2277cb7818acfee071c65d8574a33a75d838e61c6f8a933f2c67e12a88b"),
     },
     True: {
-        (102, "59eac13c438fc86aa1be4adb06e390ea5e6b37f5105bac91687f5e7c5de9d071"),
-        (102, "85d2794c6b36ddce033d2abd9b8f361b324a658006ebf93e1891a2d395c0c9ec"),
+        (102, "f68b320664eedee8eaadeb149fe264df92dc9f17d633a90d2015206326a735e6"),
+        (102, "ce5861eb13fffecad6166bb097eeecdb69bef20861ea102593df76447567692c"),
     },
 }
 
