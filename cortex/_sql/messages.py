@@ -689,34 +689,31 @@ def copy_statement() -> sa.Insert:
         .render_derived()
     )
     base = int_param(COPY_BASE)
-    # Aliased: Citus renames the target to its shard, and a source spelled
-    # like it would then name no table.
-    original = messages.alias("original")
     columns: dict[str, Any] = {
-        "tenant_id": original.c.tenant_id,
+        "tenant_id": messages.c.tenant_id,
         "id": fresh.c.id,
         "session_id": target_id_param(),
-        "seq": original.c.seq,
-        "role": original.c.role,
-        "content": original.c.content,
-        "author": original.c.author,
-        "requested_input": original.c.requested_input,
-        "function_response": original.c.function_response,
-        "more_requested_inputs": original.c.more_requested_inputs,
-        "more_function_responses": original.c.more_function_responses,
-        "metadata": original.c.metadata,
-        "metadata_json": original.c.metadata_json,
-        "payload_json": original.c.payload_json,
-        "created_at": original.c.created_at,
+        "seq": messages.c.seq,
+        "role": messages.c.role,
+        "content": messages.c.content,
+        "author": messages.c.author,
+        "requested_input": messages.c.requested_input,
+        "function_response": messages.c.function_response,
+        "more_requested_inputs": messages.c.more_requested_inputs,
+        "more_function_responses": messages.c.more_function_responses,
+        "metadata": messages.c.metadata,
+        "metadata_json": messages.c.metadata_json,
+        "payload_json": messages.c.payload_json,
+        "created_at": messages.c.created_at,
     }
     source = (
         sa.select(*(value.label(name) for name, value in columns.items()))
-        .select_from(original.join(fresh, original.c.seq == base + fresh.c.ord))
+        .select_from(messages.join(fresh, messages.c.seq == base + fresh.c.ord))
         .where(
-            original.c.tenant_id == scope_tenant_param(),
-            original.c.session_id == uuid_param(SOURCE_ID),
-            original.c.seq > base,
-            original.c.seq <= int_param(THROUGH_SEQ),
+            messages.c.tenant_id == scope_tenant_param(),
+            messages.c.session_id == uuid_param(SOURCE_ID),
+            messages.c.seq > base,
+            messages.c.seq <= int_param(THROUGH_SEQ),
         )
     )
     # No RETURNING: Citus fails an INSERT ... SELECT it runs on a shard with one.

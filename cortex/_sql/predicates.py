@@ -100,9 +100,7 @@ def exact_clause(key: str = SCOPE) -> ColumnElement[bool]:
     )
 
 
-def subtree_clause(
-    depth: int, key: str = SCOPE, table: sa.FromClause = sessions
-) -> ColumnElement[bool]:
+def subtree_clause(depth: int, key: str = SCOPE) -> ColumnElement[bool]:
     """Sessions at the scope bound under ``key`` or beneath it, by whole segments.
 
     ``depth`` is :func:`depth_class` of that scope. Depth 1 is the whole
@@ -111,39 +109,35 @@ def subtree_clause(
     served by an index ordered like the listing, so a page reads only its
     rows. Deeper subtrees are a byte range on the path, served by the
     exact-scope index: ``acme/a/b/c`` never matches ``acme/a/b/c-d`` because
-    the range starts at ``acme/a/b/c/``. ``table``: ``sessions`` or an alias of it.
+    the range starts at ``acme/a/b/c/``.
     """
-    tenant = table.c.tenant_id == text_param(f"{key}_tenant")
+    tenant = sessions.c.tenant_id == text_param(f"{key}_tenant")
     if depth == 1:
         return tenant
     if depth in (2, 3):
         # The depth is SQL text, not a parameter: a generic plan can prove the
         # partial index's predicate (scope_depth >= 2 or 3) only from a constant.
-        prefix = table.c.scope_l2 if depth == 2 else table.c.scope_l3
+        prefix = sessions.c.scope_l2 if depth == 2 else sessions.c.scope_l3
         return sa.and_(
             tenant,
-            table.c.scope_depth >= sa.literal_column(str(depth)),
+            sessions.c.scope_depth >= sa.literal_column(str(depth)),
             prefix == text_param(f"{key}_path"),
         )
     return sa.and_(
         tenant,
         sa.or_(
-            table.c.scope == text_param(f"{key}_path"),
+            sessions.c.scope == text_param(f"{key}_path"),
             sa.and_(
-                table.c.scope >= text_param(f"{key}_lo"),
-                table.c.scope < text_param(f"{key}_hi"),
+                sessions.c.scope >= text_param(f"{key}_lo"),
+                sessions.c.scope < text_param(f"{key}_hi"),
             ),
         ),
     )
 
 
-def visible(depth: int, table: sa.FromClause = sessions) -> ColumnElement[bool]:
-    """Sessions a caller bound to the scope may see: its own scope and beneath.
-
-    ``table``: ``sessions`` or an alias of it (a statement that reads one
-    session's row to write another).
-    """
-    return subtree_clause(depth, table=table)
+def visible(depth: int) -> ColumnElement[bool]:
+    """Sessions a caller bound to the scope may see: its own scope and beneath."""
+    return subtree_clause(depth)
 
 
 def escape_like(term: str) -> str:

@@ -275,31 +275,28 @@ def fork_statement(depth: int) -> sa.Insert:
     on the tenant's shard: both rows are the tenant's, and the tenant column
     is copied as is.
     """
-    # Aliased: Citus renames the target to its shard, and a source spelled
-    # like it would then name no table.
-    source = sessions.alias("source")
     now = sa.func.statement_timestamp()
     columns: dict[str, Any] = {
-        "tenant_id": source.c.tenant_id,
+        "tenant_id": sessions.c.tenant_id,
         "id": target_id_param(),
-        "agent_id": source.c.agent_id,
-        "scope": source.c.scope,
-        "scope_depth": source.c.scope_depth,
-        "scope_l2": source.c.scope_l2,
-        "scope_l3": source.c.scope_l3,
-        "title": sa.func.coalesce(text_param(NEW_TITLE), source.c.title),
-        "metadata": source.c.metadata,
-        "metadata_json": source.c.metadata_json,
-        "data": source.c.data,
+        "agent_id": sessions.c.agent_id,
+        "scope": sessions.c.scope,
+        "scope_depth": sessions.c.scope_depth,
+        "scope_l2": sessions.c.scope_l2,
+        "scope_l3": sessions.c.scope_l3,
+        "title": sa.func.coalesce(text_param(NEW_TITLE), sessions.c.title),
+        "metadata": sessions.c.metadata,
+        "metadata_json": sessions.c.metadata_json,
+        "data": sessions.c.data,
         "message_count": int_param(THROUGH_SEQ),
         "last_message": text_param(PREVIEW),
-        "forked_from_id": source.c.id,
+        "forked_from_id": sessions.c.id,
         "forked_from_seq": int_param(THROUGH_SEQ),
         "created_at": now,
         "updated_at": now,
     }
     select = sa.select(*(value.label(name) for name, value in columns.items())).where(
-        visible(depth, source), source.c.id == uuid_param(SOURCE_ID)
+        visible(depth), sessions.c.id == uuid_param(SOURCE_ID)
     )
     # No RETURNING: Citus fails an INSERT ... SELECT it runs on a shard with one.
     return sa.insert(sessions).from_select(list(columns), select)
