@@ -63,7 +63,7 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
             "pending_count": row["pending_count"],
             "key": row["session_key"],
             "data": decode_data(row["data"]) if data is None else data,
-            "forked_from": _forked_from(row),
+            "forked_from": None if row["forked_from_id"] is None else _forked_from(row),
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
@@ -71,13 +71,13 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
     )
 
 
-def _forked_from(row: Row) -> ForkedFrom | None:
-    source = row["forked_from_id"]
-    if source is None:
-        return None
+def _forked_from(row: Row) -> ForkedFrom:
     return from_database(
         ForkedFrom,
-        {"session_id": format_id(SESSION_PREFIX, source), "seq": row["forked_from_seq"]},
+        {
+            "session_id": format_id(SESSION_PREFIX, row["forked_from_id"]),
+            "seq": row["forked_from_seq"],
+        },
     )
 
 
