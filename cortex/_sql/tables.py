@@ -130,7 +130,7 @@ sessions = sa.Table(
     sa.Column("scope_deltas_digest", BYTEA(), nullable=True),
     # cortex-owned: on a session made by fork_session, the source session's
     # id (same tenant; no foreign key, the lineage outlives the source) and
-    # the last seq copied from it (revision 20261205000020); written once, at
+    # the last seq copied from it (revision 20261205000021); written once, at
     # insert, both or neither. NULL on every other session.
     sa.Column("forked_from_id", UUID(as_uuid=True), nullable=True),
     sa.Column("forked_from_seq", sa.Integer(), nullable=True),

@@ -193,13 +193,13 @@ def test_check_gates_a_deploy_on_the_revision(
     capsys.readouterr()
     assert main([*url, "db", "check"]) == 1
     out = capsys.readouterr().out
-    assert "1 revision(s) pending (20261205000020)" in out
+    assert "1 revision(s) pending (20261205000021)" in out
     assert main([*url, "db", "check", "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == {
         "revision": "20261204000019",
         "expected": SCHEMA_REVISION,
         "serves_this_code": False,
-        "pending": ["20261205000020"],
+        "pending": ["20261205000021"],
     }
     assert main([*url, "db", "upgrade"]) == 0
     capsys.readouterr()

@@ -1,7 +1,7 @@
 """A session forked from another names its source: ``sessions.forked_from_id`` and ``forked_from_seq``.
 
-Revision ID: 20261205000020
-Revises: 20261204000019
+Revision ID: 20261205000021
+Revises: 20261205000020
 Create Date: 2026-12-05
 
 Why it exists: ``Store.fork_session`` makes a new session holding copies of
@@ -35,8 +35,8 @@ from alembic import op
 from cortex._revision_helpers import ddl_v1 as ddl
 from cortex.errors import SchemaMismatch
 
-revision: str = "20261205000020"
-down_revision: str | Sequence[str] | None = "20261204000019"
+revision: str = "20261205000021"
+down_revision: str | Sequence[str] | None = "20261205000020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.

@@ -1,9 +1,0 @@
--- Running downgrade 20261205000020 -> 20261204000019
-
-COMMIT;
-
-ALTER TABLE sessions DROP COLUMN IF EXISTS forked_from_id, DROP COLUMN IF EXISTS forked_from_seq;
-
-BEGIN;
-
-UPDATE alembic_version SET version_num='20261204000019' WHERE alembic_version.version_num = '20261205000020';

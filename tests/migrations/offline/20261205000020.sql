@@ -1,9 +1,0 @@
--- Running upgrade 20261204000019 -> 20261205000020
-
-COMMIT;
-
-ALTER TABLE sessions ADD COLUMN IF NOT EXISTS forked_from_id uuid, ADD COLUMN IF NOT EXISTS forked_from_seq integer;
-
-BEGIN;
-
-UPDATE alembic_version SET version_num='20261205000020' WHERE alembic_version.version_num = '20261204000019';
