@@ -22,6 +22,7 @@ from cortex.errors import (
     SessionAborted,
 )
 from cortex.models import (
+    ForkedFrom,
     FunctionResponse,
     ListFilter,
     Message,
@@ -41,6 +42,7 @@ __all__ = [
     "CortexError",
     "DatabaseError",
     "DatabaseUnavailable",
+    "ForkedFrom",
     "FunctionResponse",
     "InvalidInput",
     "InvalidScope",

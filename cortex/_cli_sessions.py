@@ -1,4 +1,4 @@
-"""``cortex sessions …``: the operator's loop (list, show, messages, export, resume, mark, unmark, abort).
+"""``cortex sessions …``: the operator's loop (list, show, messages, export, fork, rewind, resume, mark, unmark, abort).
 
 Each command acts in ``--scope``, prints a human view or ``--json``, and
 leaves error handling (one line, an exit code) to :func:`cortex.cli.main`.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from datetime import datetime
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cortex._cli_common import (
+    EXIT_ERROR,
     EXIT_OK,
     UsageError,
     console,
@@ -381,6 +383,71 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    fork = with_store(
+        args,
+        lambda store: store.fork_session(
+            args.session_id, through_seq=args.through_seq, title=args.title
+        ),
+    )
+    if args.json:
+        emit_json(fork.model_dump(mode="json"))
+        return EXIT_OK
+    source = fork.forked_from
+    origin = f"{source.session_id} through seq {source.seq}" if source else args.session_id
+    say(
+        console(),
+        f"forked {origin} into {fork.id} ({fork.scope}): {fork.message_count} messages"
+        + (f", {fork.pending_count} pending" if fork.pending_count else ""),
+    )
+    return EXIT_OK
+
+
+def _confirmed(question: str) -> bool:
+    """Ask ``question`` on stderr and read yes or no from stdin; no input at all is no."""
+    sys.stderr.write(visible(question) + " [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer.endswith("\n"):
+        sys.stderr.write("\n")  # end of input: the prompt's line is ended here
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    # A negative seq is the store's to refuse, before anything is asked.
+    if not args.yes and args.to_seq >= 0:
+        session = with_store(args, lambda store: store.get_session(args.session_id))
+        removed = session.message_count - args.to_seq
+        if removed > 0:
+            first = args.to_seq + 1
+            span = (
+                f"message {first}" if removed == 1 else f"messages {first}-{session.message_count}"
+            )
+            question = (
+                f"rewind {session.id} to seq {args.to_seq}: delete {span}"
+                f" ({removed} of {session.message_count})?"
+            )
+            if not _confirmed(question):
+                echo(
+                    "cortex: rewind declined; nothing was deleted (--yes skips the question)",
+                    err=True,
+                )
+                return EXIT_ERROR
+    rewound = with_store(
+        args, lambda store: store.rewind_session(args.session_id, to_seq=args.to_seq)
+    )
+    if args.json:
+        emit_json(rewound.model_dump(mode="json"))
+    else:
+        say(
+            console(),
+            f"rewound {rewound.id} to seq {args.to_seq}: {rewound.message_count} messages, "
+            f"{rewound.state.value}"
+            + (f", {rewound.pending_count} pending" if rewound.pending_count else ""),
+        )
+    return EXIT_OK
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     try:
         response = json.loads(args.response)
@@ -472,7 +539,9 @@ def add_session_commands(
 ) -> None:
     """Register ``cortex sessions …`` under ``commands``; ``common`` holds the global options."""
     sessions = commands.add_parser(
-        "sessions", help="operators: find, read, answer, mark and abort sessions", parents=[common]
+        "sessions",
+        help="operators: find, read, fork, rewind, answer, mark and abort sessions",
+        parents=[common],
     )
     sub = sessions.add_subparsers(dest="sessions_command", required=True, parser_class=parser_class)
     shown: list[str] = []
@@ -528,6 +597,20 @@ def add_session_commands(
         "--last", type=int, default=20, help=f"how many (1-{MAX_MESSAGE_LIMIT}, default 20)"
     )
     command("export", "the whole transcript as JSON (session and every message)", cmd_export)
+    fork = command(
+        "fork",
+        "a new session holding a copy of a session's messages (all, or up to a seq)",
+        cmd_fork,
+    )
+    fork.add_argument(
+        "--through-seq", type=int, help="copy messages 1 to this seq (default: all; 0: none)"
+    )
+    fork.add_argument("--title", help="the fork's title (default: the source's)")
+    rewind = command("rewind", "delete a session's messages after a seq (asks first)", cmd_rewind)
+    rewind.add_argument(
+        "--to-seq", type=int, required=True, help="keep messages 1 to this seq (0: none)"
+    )
+    rewind.add_argument("--yes", action="store_true", help="delete without asking")
     resume = command("resume", "answer a pending input", cmd_resume)
     resume.add_argument("--interrupt", required=True, help="the interrupt id asked")
     resume.add_argument("--response", required=True, help="the answer, as JSON")

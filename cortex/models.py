@@ -53,6 +53,7 @@ __all__ = [
     "MAX_TITLE_LENGTH",
     "PREVIEW_LENGTH",
     "RESERVED_DATA_PREFIX",
+    "ForkedFrom",
     "FunctionResponse",
     "ListFilter",
     "Message",
@@ -505,6 +506,15 @@ class SessionState(StrEnum):
     IDLE = "idle"
 
 
+class ForkedFrom(_Model):
+    """Where a forked session came from: :meth:`cortex.Store.fork_session`'s source and position."""
+
+    # The source session's "ses_" id; the source may have been deleted since.
+    session_id: str
+    # The source's last seq copied into the fork (0: an empty fork).
+    seq: int
+
+
 class Session(_Model):
     """A conversation thread of one agent in one scope.
 
@@ -547,6 +557,9 @@ class Session(_Model):
     # last. Written by create_session and by the appends that carry a delta;
     # update_session ignores it.
     data: dict[str, Any] = Field(default_factory=dict)
+    # cortex-owned: the source and position of a session made by
+    # fork_session, fixed at creation; None on every other session.
+    forked_from: ForkedFrom | None = None
     # cortex-owned: tz-aware UTC.
     created_at: datetime
     # cortex-owned: moves on update_session and on every append.

@@ -719,6 +719,74 @@ class Store:
         return await self._run(scope, lambda conn: message_calls.clear_messages(conn, scope, sid))
 
     @boundary
+    async def fork_session(
+        self,
+        session_id: SessionId,
+        *,
+        through_seq: Seq | None = None,
+        title: Title | None = None,
+    ) -> Session:
+        """A new session holding copies of the session's messages 1 to ``through_seq`` (default: all).
+
+        The fork is made in the source's scope, for its agent, with its
+        metadata, its own state document and (unless ``title`` is given)
+        its title; it has no key, is not the default and carries no marker.
+        Each copied message keeps its seq, content, fields and
+        ``created_at`` under a new id. Its counters are exact:
+        ``message_count == through_seq``, ``last_message`` previews message
+        ``through_seq``, and the questions of the copied messages that no
+        copied message answers are pending in the fork (answers given later
+        in the source are not copied). ``forked_from`` names the source and
+        ``through_seq``. ``through_seq=0`` makes an empty fork.
+
+        One transaction. Appends to the source go on meanwhile, and the fork
+        is a prefix the source held: a forked whole session is its messages
+        when the fork read its count. An aborted session may be forked; the
+        fork is not aborted.
+
+        Raises:
+            NotFound: the session is not visible.
+            InvalidInput: ``through_seq`` is negative or past the last message,
+                or ``title`` breaks a limit; nothing is written.
+        """
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(
+            scope,
+            lambda conn: message_calls.fork_session(
+                conn, scope, sid, through_seq=through_seq, title=title
+            ),
+        )
+
+    @boundary
+    async def rewind_session(self, session_id: SessionId, *, to_seq: Seq) -> Session:
+        """Delete the session's messages after ``to_seq``; returns the session as it is then.
+
+        One transaction under the session's row lock, like :meth:`pop_message`:
+        ``message_count`` becomes ``to_seq``, ``last_message`` previews
+        message ``to_seq`` (empty for 0), ``updated_at`` moves. A question
+        asked after ``to_seq`` is gone; one asked up to it and answered after
+        it is pending again. State documents and markers stay as they are.
+        Rewinding to the current count changes nothing.
+
+        ``seq`` stays gap-free: the next append is ``to_seq + 1``, a position
+        the removed messages held (as after a pop), under a new message id
+        and a later ``created_at``. A reader following the session by
+        position keeps the id of the last message it read: if
+        ``list_messages(after_seq=seq - 1)`` no longer starts with that id,
+        the transcript was rewound past it (docs/guides/messages-and-state.md).
+
+        Raises:
+            NotFound: the session is not visible.
+            SessionAborted: the session was aborted.
+            InvalidInput: ``to_seq`` is negative or past the last message;
+                nothing is written.
+        """
+        scope, sid = current_scope(), _parse_session_id(session_id)
+        return await self._run(
+            scope, lambda conn: message_calls.rewind_session(conn, scope, sid, to_seq=to_seq)
+        )
+
+    @boundary
     async def recent_messages(
         self,
         session_id: SessionId,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
+from cortex._calls import operator
 from cortex._calls.constraints import Writing, refusals
 from cortex._calls.operator import record_inputs
 from cortex._calls.rows import row_to_message, row_to_session
@@ -23,10 +24,13 @@ from cortex._calls.sessions import (
 )
 from cortex._db.executor import Row, Tx
 from cortex._sql import messages as sql
+from cortex._sql import sessions as session_sql
 from cortex._sql.params import (
     AFTER_SEQ,
     BATCH_SIZE,
     BEFORE_SEQ,
+    COPY_BASE,
+    COPY_IDS,
     DATA_DELTA,
     DELTAS_DIGEST,
     EXPECTED_COUNT,
@@ -61,16 +65,21 @@ from cortex._sql.params import (
     M_ROLE,
     M_ROLES,
     M_SEQ,
+    NEW_TITLE,
+    PENDING_COUNT,
     PREVIEW,
     SCOPE_TENANT,
     SINCE,
+    SOURCE_ID,
     TARGET_ID,
+    THROUGH_SEQ,
+    TO_SEQ,
     row_name,
 )
 from cortex._sql.predicates import depth_class, scope_params
 from cortex._sql.tables import DATA_SIZE_REPORTED, PK_MESSAGES
 from cortex._validate import encode_json, encoded_again
-from cortex.errors import Conflict, InvalidInput
+from cortex.errors import Conflict, InvalidInput, SessionAborted
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, new_uuid, parse_id
 from cortex.models import (
     MAX_APPEND_BYTES,
@@ -93,9 +102,11 @@ __all__ = [
     "append_messages",
     "clear_messages",
     "encode_batch",
+    "fork_session",
     "list_messages",
     "pop_message",
     "recent_messages",
+    "rewind_session",
     "select_session_with_messages",
 ]
 
@@ -615,3 +626,111 @@ async def clear_messages(conn: Tx, scope: Scope, session_id: uuid.UUID) -> Sessi
     await conn.execute(unpend, own)
     row = (await conn.execute(reset, {**scope_params(scope), TARGET_ID: session_id})).one()
     return row_to_session(row)
+
+
+# --- forking and rewinding ------------------------------------------------------------
+
+# Messages a fork copies per statement (each a chunk of new ids bound as one array).
+FORK_CHUNK: Final = 1000
+
+
+async def fork_session(
+    conn: Tx,
+    scope: Scope,
+    source_id: uuid.UUID,
+    *,
+    through_seq: int | None,
+    title: str | None,
+) -> Session:
+    """A new session holding copies of a visible session's messages 1 to ``through_seq`` (all: None).
+
+    The source is locked ``FOR KEY SHARE`` while it is copied
+    (:func:`cortex._sql.sessions.fork_source_statement`): removals wait, appends go on
+    past the count read, so the fork is always a prefix the source held.
+    Each copy gets a new id and keeps its seq, fields and ``created_at``;
+    the fork's questions pending at ``through_seq`` are pending in it,
+    raised when the source raised them (when their message was appended,
+    for one answered later in the source or cleared by its abort).
+
+    Raises:
+        NotFound: the source is not visible.
+        InvalidInput: ``through_seq`` is past the source's last message.
+    """
+    depth = depth_class(scope)
+    own = {SCOPE_TENANT: scope.tenant, TARGET_ID: source_id}
+    row = (
+        await conn.execute(session_sql.fork_source_statement(depth), {**scope_params(scope), **own})
+    ).first()
+    if row is None:
+        raise not_found(source_id)
+    source = row_to_session(row)
+    through = source.message_count if through_seq is None else through_seq
+    if through > source.message_count:
+        raise InvalidInput(
+            f"through_seq: session {source.id} holds {source.message_count} messages;"
+            f" through_seq may be 0 to {source.message_count}, got {through}"
+        )
+    preview = ""
+    if through:
+        found = (await conn.execute(sql.preview_statement(), {**own, THROUGH_SEQ: through})).first()
+        if found is None:  # count and rows always agree; refuse to guess if they do not
+            raise Conflict(f"session {source.id} has no message at seq {through}")
+        preview = found[0]
+    fork_id = new_uuid()
+    fork = {
+        **scope_params(scope),
+        TARGET_ID: fork_id,
+        SOURCE_ID: source_id,
+        NEW_TITLE: title,
+        THROUGH_SEQ: through,
+        PREVIEW: preview,
+    }
+    await conn.execute(session_sql.fork_statement(depth), fork)
+    copy = {SCOPE_TENANT: scope.tenant, TARGET_ID: fork_id, SOURCE_ID: source_id}
+    for base in range(0, through, FORK_CHUNK):
+        end = min(base + FORK_CHUNK, through)
+        ids = [new_uuid() for _ in range(base, end)]
+        values = {**copy, COPY_BASE: base, COPY_IDS: ids, THROUGH_SEQ: end}
+        await conn.execute(sql.copy_statement(), values)
+    pending = await operator.pending_through(conn, scope, source_id, through)
+    if pending:
+        raised = await operator.raised_times(conn, scope, source_id)
+        count = await operator.ask_again(conn, scope, fork_id, pending, raised)
+        await operator.set_pending_count(conn, scope, fork_id, count)
+    return await select_session(conn, scope, fork_id)
+
+
+async def rewind_session(conn: Tx, scope: Scope, session_id: uuid.UUID, *, to_seq: int) -> Session:
+    """Delete a visible session's messages after ``to_seq``, with its counters, in one transaction.
+
+    Under the session's row lock (``FOR UPDATE``, as pop and clear take it),
+    so appends queue behind it and the next one is ``to_seq + 1``. Pending
+    inputs asked after ``to_seq`` go; a question asked up to it and answered
+    after it is pending again (raised when its message was appended).
+    Interrupt markers stay: they are the session's, not a message's.
+
+    Raises:
+        NotFound: the session is not visible.
+        SessionAborted: the session carries an abort marker.
+        InvalidInput: ``to_seq`` is past the last message.
+    """
+    session = await select_session(conn, scope, session_id, for_update=True)
+    if session.state is SessionState.ABORTED:
+        raise SessionAborted(f"session {session.id} was aborted")
+    if to_seq > session.message_count:
+        raise InvalidInput(
+            f"to_seq: session {session.id} holds {session.message_count} messages;"
+            f" to_seq may be 0 to {session.message_count}, got {to_seq}"
+        )
+    if to_seq == session.message_count:
+        return session
+    own = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id}
+    reopens = await operator.answers_after(conn, scope, session_id, to_seq)
+    delete, recount = sql.rewind_statements(depth_class(scope))
+    await conn.execute(delete, {**own, TO_SEQ: to_seq})
+    pending = session.pending_count - await operator.unask_after(conn, scope, session_id, to_seq)
+    if reopens:
+        asked = await operator.pending_through(conn, scope, session_id, to_seq)
+        pending += await operator.ask_again(conn, scope, session_id, asked)
+    params = {**scope_params(scope), TARGET_ID: session_id, TO_SEQ: to_seq, PENDING_COUNT: pending}
+    return row_to_session((await conn.execute(recount, params)).one())

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cortex._calls.rows import row_to_pending, row_to_session
@@ -24,6 +26,7 @@ from cortex._sql.params import (
     A_SEQS,
     INTERRUPT_ID,
     MARKER_SCOPE,
+    PENDING_COUNT,
     PENDING_DELTA,
     Q_AUTHOR,
     Q_AUTHORS,
@@ -33,6 +36,7 @@ from cortex._sql.params import (
     Q_MESSAGES,
     Q_PAYLOAD,
     Q_PAYLOADS,
+    Q_RAISED_AT,
     Q_SCHEMA,
     Q_SCHEMAS,
     Q_SEQ,
@@ -40,6 +44,8 @@ from cortex._sql.params import (
     REASON,
     SCOPE_TENANT,
     TARGET_ID,
+    THROUGH_SEQ,
+    TO_SEQ,
     row_name,
 )
 from cortex._sql.predicates import depth_class, scope_params
@@ -55,14 +61,21 @@ from cortex.models import (
 from cortex.scope import Scope
 
 __all__ = [
+    "Asked",
     "abort",
+    "answers_after",
+    "ask_again",
     "check_answer",
     "check_resumable",
     "clear_interrupted",
     "inspect",
     "mark_interrupted",
     "pending_schemas",
+    "pending_through",
+    "raised_times",
     "record_inputs",
+    "set_pending_count",
+    "unask_after",
 ]
 
 
@@ -326,3 +339,112 @@ async def check_resumable(
     check_answer(
         response, {r.raised_seq: r.response_schema for r in pending if r.raised_seq not in checked}
     )
+
+
+# --- pending inputs of a fork, and after a rewind ------------------------------------
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A question pending at a position of a transcript, with the time its message was appended."""
+
+    seq: int
+    question: RequestedInput
+    author: str
+    asked_at: datetime
+
+
+def _answer_ids(row: Any) -> list[str]:
+    ids = [] if row.answer_id is None else [row.answer_id]
+    return ids + [i for i in (row.more_answer_ids or []) if isinstance(i, str)]
+
+
+async def pending_through(
+    conn: Tx, scope: Scope, session_id: uuid.UUID, through: int
+) -> list[Asked]:
+    """The questions of messages 1 to ``through`` that no later message in that range answers.
+
+    What the transcript cut at ``through`` leaves pending, as the appends
+    decided it (:func:`record_inputs`): an answer resolves every question of
+    its id asked before it, and none asked in or after its own message.
+    """
+    params = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id, THROUGH_SEQ: through}
+    rows = (await conn.execute(sql.questions_statement(), params)).all()
+    answered: dict[str, int] = {}
+    for row in rows:
+        for answer in _answer_ids(row):
+            answered[answer] = row.seq  # rows come in seq order: the last answer stays
+    pending = []
+    for row in rows:
+        asked = [] if row.requested_input is None else [row.requested_input]
+        asked += row.more_requested_inputs or []
+        for question in asked:
+            if answered.get(question["interrupt_id"], 0) <= row.seq:
+                pending.append(
+                    Asked(
+                        row.seq,
+                        RequestedInput.model_construct(**question),
+                        row.author,
+                        row.created_at,
+                    )
+                )
+    return pending
+
+
+async def answers_after(conn: Tx, scope: Scope, session_id: uuid.UUID, to_seq: int) -> bool:
+    """Whether a message after ``to_seq`` answers a question: a rewind to it may re-open one."""
+    params = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id, TO_SEQ: to_seq}
+    return bool((await conn.execute(sql.answered_after_statement(), params)).first())
+
+
+async def raised_times(
+    conn: Tx, scope: Scope, session_id: uuid.UUID
+) -> dict[tuple[int, str], datetime]:
+    """When each pending input of a session was raised, by (raised seq, interrupt id)."""
+    params = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id}
+    rows = await conn.execute(sql.pending_statement(), params)
+    return {(row.raised_seq, row.interrupt_id): row.raised_at for row in rows}
+
+
+async def ask_again(
+    conn: Tx,
+    scope: Scope,
+    session_id: uuid.UUID,
+    asked: list[Asked],
+    raised_at: dict[tuple[int, str], datetime] | None = None,
+) -> int:
+    """Write ``asked`` as pending inputs of the session; how many were not pending already.
+
+    Each is raised at ``raised_at``'s time for it (the source's, for a
+    fork), else when its message was appended. Router statements of
+    :data:`cortex._sql.operator.QUESTION_ROWS` rows.
+    """
+    times = raised_at or {}
+    inserted = 0
+    for start in range(0, len(asked), QUESTION_ROWS):
+        chunk = asked[start : start + QUESTION_ROWS]
+        values: dict[str, Any] = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id}
+        for j, one in enumerate(chunk):
+            question = one.question
+            values[row_name(Q_SEQ, j)] = one.seq
+            values[row_name(Q_ID, j)] = question.interrupt_id
+            values[row_name(Q_MESSAGE, j)] = question.message
+            values[row_name(Q_AUTHOR, j)] = one.author
+            values[row_name(Q_RAISED_AT, j)] = times.get(
+                (one.seq, question.interrupt_id), one.asked_at
+            )
+            values[row_name(Q_SCHEMA, j)] = _json_or_none(question.response_schema)
+            values[row_name(Q_PAYLOAD, j)] = _json_or_none(question.payload)
+        inserted += len((await conn.execute(sql.ask_again_statement(len(chunk)), values)).all())
+    return inserted
+
+
+async def unask_after(conn: Tx, scope: Scope, session_id: uuid.UUID, to_seq: int) -> int:
+    """Delete the pending inputs asked after ``to_seq``; how many there were."""
+    params = {SCOPE_TENANT: scope.tenant, TARGET_ID: session_id, TO_SEQ: to_seq}
+    return len((await conn.execute(sql.unask_after_statement(), params)).all())
+
+
+async def set_pending_count(conn: Tx, scope: Scope, session_id: uuid.UUID, count: int) -> None:
+    params = {**scope_params(scope), TARGET_ID: session_id, PENDING_COUNT: count}
+    await conn.execute(sql.pending_count_statement(depth_class(scope)), params)

@@ -13,6 +13,7 @@ from cortex._validate import decode_json, decode_json_of_strings
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id
 from cortex.models import (
     RESERVED_DATA_PREFIX,
+    ForkedFrom,
     FunctionResponse,
     Message,
     PendingInput,
@@ -68,6 +69,7 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
             "pending_count": row["pending_count"],
             "key": row["session_key"],
             "data": data,
+            "forked_from": None if row["forked_from_id"] is None else _forked_from(row),
             "created_at": row["created_at"],
             "updated_at": row["updated_at"],
         },
@@ -82,6 +84,16 @@ def split_reserved(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
         return data, {}
     reserved = {k: v for k, v in data.items() if k.startswith(RESERVED_DATA_PREFIX)}
     return {k: v for k, v in data.items() if k not in reserved}, reserved
+
+
+def _forked_from(row: Row) -> ForkedFrom:
+    return from_database(
+        ForkedFrom,
+        {
+            "session_id": format_id(SESSION_PREFIX, row["forked_from_id"]),
+            "seq": row["forked_from_seq"],
+        },
+    )
 
 
 def decode_data(text: str) -> dict[str, Any]:

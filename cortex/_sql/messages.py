@@ -17,6 +17,8 @@ from cortex._sql.params import (
     AFTER_SEQ,
     BATCH_SIZE,
     BEFORE_SEQ,
+    COPY_BASE,
+    COPY_IDS,
     DATA_DELTA,
     DELTAS_DIGEST,
     EXPECTED_COUNT,
@@ -51,8 +53,12 @@ from cortex._sql.params import (
     M_ROLE,
     M_ROLES,
     M_SEQ,
+    PENDING_COUNT,
     PREVIEW,
     SINCE,
+    SOURCE_ID,
+    THROUGH_SEQ,
+    TO_SEQ,
     array_param,
     bytes_param,
     int_param,
@@ -76,11 +82,14 @@ __all__ = [
     "append_statement",
     "bump_statement",
     "clear_statements",
+    "copy_statement",
     "history_statement",
     "inputs_statement",
     "insert_rows_statement",
     "page_statement",
     "pop_statements",
+    "preview_statement",
+    "rewind_statements",
     "routed_append",
     "stored_statement",
     "zero_pending_statement",
@@ -684,3 +693,89 @@ def zero_pending_statement(depth: int) -> sa.Update:
         .where(visible(depth), sessions.c.id == target_id_param())
         .values(pending_count=0)
     )
+
+
+# --- forking and rewinding ------------------------------------------------------------
+
+
+@cache
+def preview_statement() -> sa.Select[tuple[str]]:
+    """The preview a session shows when the message at ``through_seq`` is its last."""
+    return sa.select(sa.func.left(messages.c.content, PREVIEW_LENGTH)).where(
+        _own_messages(), messages.c.seq == int_param(THROUGH_SEQ)
+    )
+
+
+@cache
+def copy_statement() -> sa.Insert:
+    """Copy the messages of ``source_id`` after ``copy_base`` through ``through_seq`` into ``target_id``.
+
+    One INSERT ... SELECT, each copy under its new id (``copy_ids``, in seq
+    order: the n-th id goes to seq ``copy_base + n``) with the original's
+    seq, fields and ``created_at``. A keyed append's digest stays with the
+    original (a replay of that append finds the original by its ids). Both
+    sessions are the tenant's, so Citus runs it on the tenant's shard.
+    """
+    fresh = (
+        sa.func.unnest(array_param(COPY_IDS, UUID(as_uuid=True)))
+        .table_valued(sa.column("id", UUID(as_uuid=True)), with_ordinality="ord", name="fresh")
+        .render_derived()
+    )
+    base = int_param(COPY_BASE)
+    columns: dict[str, Any] = {
+        "tenant_id": messages.c.tenant_id,
+        "id": fresh.c.id,
+        "session_id": target_id_param(),
+        "seq": messages.c.seq,
+        "role": messages.c.role,
+        "content": messages.c.content,
+        "author": messages.c.author,
+        "requested_input": messages.c.requested_input,
+        "function_response": messages.c.function_response,
+        "more_requested_inputs": messages.c.more_requested_inputs,
+        "more_function_responses": messages.c.more_function_responses,
+        "metadata": messages.c.metadata,
+        "metadata_json": messages.c.metadata_json,
+        "payload_json": messages.c.payload_json,
+        "created_at": messages.c.created_at,
+    }
+    source = (
+        sa.select(*(value.label(name) for name, value in columns.items()))
+        .select_from(messages.join(fresh, messages.c.seq == base + fresh.c.ord))
+        .where(
+            messages.c.tenant_id == scope_tenant_param(),
+            messages.c.session_id == uuid_param(SOURCE_ID),
+            messages.c.seq > base,
+            messages.c.seq <= int_param(THROUGH_SEQ),
+        )
+    )
+    # No RETURNING: Citus fails an INSERT ... SELECT it runs on a shard with one.
+    return sa.insert(messages).from_select(list(columns), source)
+
+
+@cache
+def rewind_statements(depth: int) -> tuple[sa.Delete, sa.Update]:
+    """Delete the messages after ``to_seq``; set the counters and preview to what remains.
+
+    Run under the session's row lock (taken first, ``FOR UPDATE``), so no
+    append interleaves: ``message_count`` becomes ``to_seq``, exactly the
+    rows left, and ``pending_count`` the caller's recount.
+    """
+    delete = sa.delete(messages).where(_own_messages(), messages.c.seq > int_param(TO_SEQ))
+    last = (
+        sa.select(sa.func.left(messages.c.content, PREVIEW_LENGTH))
+        .where(_own_messages(), messages.c.seq == int_param(TO_SEQ))
+        .scalar_subquery()
+    )
+    recount = (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == target_id_param())
+        .values(
+            message_count=int_param(TO_SEQ),
+            last_message=sa.func.coalesce(last, ""),
+            pending_count=int_param(PENDING_COUNT),
+            updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),
+        )
+        .returning(*SESSION_COLUMNS)
+    )
+    return delete, recount

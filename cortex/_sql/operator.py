@@ -19,6 +19,7 @@ from cortex._sql.params import (
     A_SEQS,
     INTERRUPT_ID,
     MARKER_SCOPE,
+    PENDING_COUNT,
     PENDING_DELTA,
     Q_AUTHOR,
     Q_AUTHORS,
@@ -28,11 +29,14 @@ from cortex._sql.params import (
     Q_MESSAGES,
     Q_PAYLOAD,
     Q_PAYLOADS,
+    Q_RAISED_AT,
     Q_SCHEMA,
     Q_SCHEMAS,
     Q_SEQ,
     Q_SEQS,
     REASON,
+    THROUGH_SEQ,
+    TO_SEQ,
     array_param,
     int_param,
     row_name,
@@ -50,16 +54,21 @@ __all__ = [
     "PENDING_COLUMNS",
     "QUESTION_ROWS",
     "abort_statements",
+    "answered_after_statement",
+    "ask_again_statement",
     "ask_statement",
     "asked_before_statement",
     "delete_answered_statement",
     "interrupt_statements",
     "markers_statement",
     "pending_by_id_statement",
+    "pending_count_statement",
     "pending_delta_statement",
     "pending_statement",
     "probe_statement",
+    "questions_statement",
     "record_statement",
+    "unask_after_statement",
 ]
 
 ABORTED: Final = "aborted"
@@ -209,6 +218,61 @@ def ask_statement(count: int) -> sa.Insert:
 
 
 @cache
+def ask_again_statement(count: int) -> sa.Insert:
+    """``INSERT ... VALUES`` of ``count`` pending questions, each with its own ``raised_at``; none twice.
+
+    For a fork's questions and those a rewind re-opens: a question that is
+    pending already keeps its row. Returns the rows it inserted.
+    """
+    rows = [
+        {
+            "tenant_id": scope_tenant_param(),
+            "session_id": target_id_param(),
+            "raised_seq": int_param(row_name(Q_SEQ, j)),
+            "interrupt_id": text_param(row_name(Q_ID, j)),
+            "message": text_param(row_name(Q_MESSAGE, j)),
+            "author": text_param(row_name(Q_AUTHOR, j)),
+            "raised_at": sa.bindparam(row_name(Q_RAISED_AT, j), type_=sa.DateTime(timezone=True)),
+            "response_schema": sa.cast(text_param(row_name(Q_SCHEMA, j)), JSONB()),
+            "payload": sa.cast(text_param(row_name(Q_PAYLOAD, j)), JSONB()),
+        }
+        for j in range(count)
+    ]
+    return (
+        pg_insert(pending_inputs)
+        .values(rows)
+        .on_conflict_do_nothing(
+            index_elements=[
+                pending_inputs.c.tenant_id,
+                pending_inputs.c.session_id,
+                pending_inputs.c.raised_seq,
+                pending_inputs.c.interrupt_id,
+            ]
+        )
+        .returning(pending_inputs.c.raised_seq)
+    )
+
+
+@cache
+def unask_after_statement() -> ReturningDelete[*tuple[Any, ...]]:
+    """Delete the session's pending inputs asked after ``to_seq`` (a rewind removes their questions)."""
+    return (
+        sa.delete(pending_inputs)
+        .where(_same_session(pending_inputs), pending_inputs.c.raised_seq > int_param(TO_SEQ))
+        .returning(pending_inputs.c.raised_seq)
+    )
+
+
+@cache
+def pending_count_statement(depth: int) -> sa.Update:
+    return (
+        sa.update(sessions)
+        .where(visible(depth), sessions.c.id == target_id_param())
+        .values(pending_count=int_param(PENDING_COUNT))
+    )
+
+
+@cache
 def pending_delta_statement(depth: int) -> sa.Update:
     return (
         sa.update(sessions)
@@ -352,4 +416,53 @@ def pending_by_id_statement() -> sa.Select[*tuple[Any, ...]]:
             pending_inputs.c.interrupt_id == text_param(INTERRUPT_ID),
         )
         .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
+    )
+
+
+@cache
+def questions_statement() -> sa.Select[*tuple[Any, ...]]:
+    """What decides a session's pending inputs up to ``through_seq``: its questions, and its answers' ids.
+
+    Only the messages that ask or answer, and of an answer only its ids
+    (``answer_id``, ``more_answer_ids``): a response's body can be large,
+    and it decides nothing here.
+    """
+    return (
+        sa.select(
+            messages.c.seq,
+            messages.c.author,
+            messages.c.created_at,
+            messages.c.requested_input,
+            messages.c.more_requested_inputs,
+            messages.c.function_response["id"].astext.label("answer_id"),
+            _answer_ids(messages.c.more_function_responses).label("more_answer_ids"),
+        )
+        .where(
+            _same_session(messages),
+            messages.c.seq <= int_param(THROUGH_SEQ),
+            sa.or_(
+                messages.c.requested_input.is_not(None), messages.c.function_response.is_not(None)
+            ),
+        )
+        .order_by(messages.c.seq)
+    )
+
+
+def _answer_ids(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    # Qualified: jsonb_path_query_array(jsonb, jsonpath) loses to another role's exact signature.
+    return sa.func.pg_catalog.jsonb_path_query_array(
+        column, sa.literal_column("'$[*].id'::pg_catalog.jsonpath"), type_=JSONB()
+    )
+
+
+@cache
+def answered_after_statement() -> sa.Select[*tuple[Any, ...]]:
+    """The ids the answers after ``to_seq`` give: what a rewind to ``to_seq`` takes back."""
+    return sa.select(
+        messages.c.function_response["id"].astext.label("answer_id"),
+        _answer_ids(messages.c.more_function_responses).label("more_answer_ids"),
+    ).where(
+        _same_session(messages),
+        messages.c.seq > int_param(TO_SEQ),
+        messages.c.function_response.is_not(None),
     )

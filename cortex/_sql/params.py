@@ -21,6 +21,8 @@ __all__ = [
     "A_SEQS",
     "BATCH_SIZE",
     "BEFORE_SEQ",
+    "COPY_BASE",
+    "COPY_IDS",
     "CREATED_AFTER",
     "CREATED_BEFORE",
     "DATA_DELTA",
@@ -80,6 +82,7 @@ __all__ = [
     "NEW_TENANT_ID",
     "NEW_TITLE",
     "OFFSET",
+    "PENDING_COUNT",
     "PENDING_DELTA",
     "PREVIEW",
     "Q_AUTHOR",
@@ -90,6 +93,7 @@ __all__ = [
     "Q_MESSAGES",
     "Q_PAYLOAD",
     "Q_PAYLOADS",
+    "Q_RAISED_AT",
     "Q_SCHEMA",
     "Q_SCHEMAS",
     "Q_SEQ",
@@ -104,10 +108,13 @@ __all__ = [
     "SEARCH_IDS",
     "SEARCH_PATTERN",
     "SINCE",
+    "SOURCE_ID",
     "TARGET_AGENT_ID",
     "TARGET_ID",
     "TARGET_PATH",
     "TARGET_SCOPE",
+    "THROUGH_SEQ",
+    "TO_SEQ",
     "UPDATED_AFTER",
     "UPDATED_BEFORE",
     "array_param",
@@ -140,6 +147,8 @@ TARGET_AGENT_ID: Final = "target_agent_id"
 TARGET_SCOPE: Final = "target_scope"
 DELETED_SCOPE: Final = "deleted_scope"
 LOCK_KEY: Final = "lock_key"
+# A fork's source session (its new session is TARGET_ID).
+SOURCE_ID: Final = "source_id"
 
 # --- listings ---------------------------------------------------------------------
 
@@ -230,6 +239,16 @@ BEFORE_SEQ: Final = "before_seq"
 SINCE: Final = "since"
 LAST_SEQ: Final = "last_seq"
 
+# --- forking and rewinding ----------------------------------------------------------------
+
+# The last seq a fork copies, and the seq a rewind keeps.
+THROUGH_SEQ: Final = "through_seq"
+TO_SEQ: Final = "to_seq"
+# One chunk of a fork's copy: the seq before it, and its messages' new ids in seq order.
+COPY_BASE: Final = "copy_base"
+COPY_IDS: Final = "copy_ids"
+PENDING_COUNT: Final = "pending_count"
+
 # --- the operator surface: questions (arrays, or suffixed by row), answers, markers ----------
 
 Q_SEQS: Final = "q_seqs"
@@ -244,6 +263,7 @@ Q_MESSAGE: Final = "q_message"
 Q_AUTHOR: Final = "q_author"
 Q_SCHEMA: Final = "q_schema"
 Q_PAYLOAD: Final = "q_payload"
+Q_RAISED_AT: Final = "q_raised_at"
 A_IDS: Final = "a_ids"
 A_SEQS: Final = "a_seqs"
 PENDING_DELTA: Final = "pending_delta"

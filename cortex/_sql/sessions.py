@@ -33,16 +33,21 @@ from cortex._sql.params import (
     NEW_SCOPE_L3,
     NEW_TENANT_ID,
     NEW_TITLE,
+    PREVIEW,
     SCOPE_TENANT,
+    SOURCE_ID,
     TARGET_AGENT_ID,
     TARGET_PATH,
     TARGET_SCOPE,
+    THROUGH_SEQ,
     array_param,
     bool_param,
     bytes_param,
+    int_param,
     scope_tenant_param,
     target_id_param,
     text_param,
+    uuid_param,
 )
 from cortex._sql.predicates import (
     FilterShape,
@@ -65,6 +70,8 @@ __all__ = [
     "default_statement",
     "delete_markers_statement",
     "delete_statement",
+    "fork_source_statement",
+    "fork_statement",
     "get_scope_data_statement",
     "insert_statement",
     "lock_statement",
@@ -124,6 +131,9 @@ SESSION_COLUMNS: Final = (
     sessions.c.state,
     sessions.c.pending_count,
     sessions.c.session_key,
+    sessions.c.forked_from_id,
+    sessions.c.forked_from_seq,
+    # Last: a listing page reads the session's own document instead.
     MERGED_DATA.label("data"),
 )
 
@@ -236,6 +246,60 @@ def taken_statement() -> sa.Select[*tuple[Any, ...]]:
 def select_statement(depth: int, for_update: bool) -> sa.Select[*tuple[Any, ...]]:
     stmt = sa.select(*SESSION_COLUMNS).where(visible(depth), sessions.c.id == target_id_param())
     return stmt.with_for_update() if for_update else stmt
+
+
+@cache
+def fork_source_statement(depth: int) -> sa.Select[*tuple[Any, ...]]:
+    """A visible session about to be forked, locked ``FOR KEY SHARE``.
+
+    The lock waits for (and holds off) what takes the row ``FOR UPDATE``
+    or deletes it: pop, clear, rewind, abort, delete. Appends update no key
+    column, so they go on; each adds messages after the count read here,
+    which the fork never copies.
+    """
+    return (
+        sa.select(*SESSION_COLUMNS)
+        .where(visible(depth), sessions.c.id == target_id_param())
+        .with_for_update(read=True, key_share=True)
+    )
+
+
+@cache
+def fork_statement(depth: int) -> sa.Insert:
+    """Insert the fork of the visible session ``source_id`` as ``target_id``: one INSERT ... SELECT.
+
+    The fork is the source's agent, exact scope, metadata (both stored
+    forms), own state document and title (``new_title`` if not NULL), with
+    ``message_count = through_seq`` and the given preview; it has no key, is
+    not the default, carries no marker and names its source. Citus runs it
+    on the tenant's shard: both rows are the tenant's, and the tenant column
+    is copied as is.
+    """
+    now = sa.func.statement_timestamp()
+    columns: dict[str, Any] = {
+        "tenant_id": sessions.c.tenant_id,
+        "id": target_id_param(),
+        "agent_id": sessions.c.agent_id,
+        "scope": sessions.c.scope,
+        "scope_depth": sessions.c.scope_depth,
+        "scope_l2": sessions.c.scope_l2,
+        "scope_l3": sessions.c.scope_l3,
+        "title": sa.func.coalesce(text_param(NEW_TITLE), sessions.c.title),
+        "metadata": sessions.c.metadata,
+        "metadata_json": sessions.c.metadata_json,
+        "data": sessions.c.data,
+        "message_count": int_param(THROUGH_SEQ),
+        "last_message": text_param(PREVIEW),
+        "forked_from_id": sessions.c.id,
+        "forked_from_seq": int_param(THROUGH_SEQ),
+        "created_at": now,
+        "updated_at": now,
+    }
+    select = sa.select(*(value.label(name) for name, value in columns.items())).where(
+        visible(depth), sessions.c.id == uuid_param(SOURCE_ID)
+    )
+    # No RETURNING: Citus fails an INSERT ... SELECT it runs on a shard with one.
+    return sa.insert(sessions).from_select(list(columns), select)
 
 
 @cache

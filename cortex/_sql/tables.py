@@ -145,6 +145,12 @@ sessions = sa.Table(
     # of that create's scope_data deltas (revision 20261204000019), which a
     # retry of the create must match; NULL otherwise.
     sa.Column("scope_deltas_digest", BYTEA(), nullable=True),
+    # cortex-owned: on a session made by fork_session, the source session's
+    # id (same tenant; no foreign key, the lineage outlives the source) and
+    # the last seq copied from it (revision 20261205000021); written once, at
+    # insert, both or neither. NULL on every other session.
+    sa.Column("forked_from_id", UUID(as_uuid=True), nullable=True),
+    sa.Column("forked_from_seq", sa.Integer(), nullable=True),
     sa.PrimaryKeyConstraint("tenant_id", "id", name=conv(PK_SESSIONS)),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
     sa.CheckConstraint("pending_count >= 0", name="pending_count"),

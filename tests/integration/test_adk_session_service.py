@@ -53,8 +53,9 @@ test_built_from_a_url_and_from_a_store                 test_database_session_ser
                                                        test_database_session_service_caller_owned_*
 =====================================================  ==========================================
 
-Beyond ADK's tests: tenants are walled apart, and a long-running call is a
-pending input on cortex's operator surface.
+Beyond ADK's tests: tenants are walled apart, a long-running call is a
+pending input on cortex's operator surface, and the runner's rewind
+(``Runner.rewind_async``, an appended event) is stored like any event.
 """
 
 from __future__ import annotations
@@ -982,3 +983,43 @@ async def test_messages_written_without_an_event_read_as_events(
         "a list",
         "bad",
     ]
+
+
+async def test_the_runner_s_rewind_is_an_event_the_service_stores(
+    service: CortexSessionService,
+) -> None:
+    """ADK rewinds by appending an event (``Runner.rewind_async``): no service method to implement.
+
+    Its session service interface (``BaseSessionService``) has no rewind;
+    the runner appends an event naming the invocation to rewind before,
+    with the state delta that undoes the later ones, and ADK leaves the
+    earlier events in the session (cortex's ``Store.rewind_session`` is a
+    different operation: it deletes them).
+    """
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+
+    runner = Runner(
+        app_name=APP,
+        agent=LlmAgent(name="planner", model="gemini-2.0-flash"),
+        session_service=service,
+    )
+    session = await service.create_session(
+        app_name=APP, user_id="u", session_id="s", state={"k": 0}
+    )
+    for n in (1, 2, 3):
+        extra = {"added": True} if n == 3 else {}
+        event = Event(invocation_id=f"inv-{n}", author="user", actions=delta(k=n, **extra))
+        await service.append_event(session, event)
+    await runner.rewind_async(user_id="u", session_id="s", rewind_before_invocation_id="inv-2")
+    reloaded = await service.get_session(app_name=APP, user_id="u", session_id="s")
+    assert reloaded is not None
+    assert [e.invocation_id for e in reloaded.events][:3] == ["inv-1", "inv-2", "inv-3"]
+    rewind = reloaded.events[-1]
+    assert rewind.actions.rewind_before_invocation_id == "inv-2"
+    assert reloaded.state == {"k": 1, "added": None}
+    # The stored session is consistent, and appends go on after the rewind event.
+    with use_scope(service.user_scope(APP, "u")):
+        stored = await service.store.get_session_by_key("adk", "s")
+        assert stored.message_count == 4
+    await service.append_event(reloaded, Event(invocation_id="inv-4", author="user"))

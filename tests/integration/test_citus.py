@@ -279,6 +279,12 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
         await store.append_message(made.id, NewMessage("assistant", requested_inputs=both))
         answers = [cortex.FunctionResponse(id=i) for i in ("q3", "q4")]
         await store.append_message(made.id, NewMessage("user", function_responses=answers))
+        count = (await store.get_session(made.id)).message_count
+        await store.fork_session(made.id)  # q3 and q4 asked and answered
+        await store.fork_session(made.id, through_seq=count - 1, title="q3, q4 open")
+        await store.fork_session(made.id, through_seq=0)
+        await store.rewind_session(made.id, to_seq=count - 1)  # re-opens q3 and q4
+        await store.rewind_session(made.id, to_seq=count - 2)  # removes their question
         await store.list_messages(made.id, after_seq=3, limit=10)
         since = (await store.list_messages(made.id, limit=1))[0].created_at
         await store.list_messages(made.id, since=since)

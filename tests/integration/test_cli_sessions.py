@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -418,3 +419,79 @@ def test_list_by_metadata_and_time(
     assert main([*url, "sessions", "list", "--scope", tenant, "--metadata", "n=2"]) == 0
     assert capsys.readouterr().out.strip() == f"no sessions in {tenant} match"
     assert main([*url, "sessions", "list", "--scope", tenant, "--metadata", "n"]) == EXIT_USAGE
+
+
+def _transcript(database: Database, scope: str, sid: str) -> list[str]:
+    async def read() -> list[str]:
+        async with cortex.connect(database.app_url) as store:
+            with use_scope(scope):
+                return [m.content for m in await store.list_messages(sid, limit=1000)]
+
+    return anyio.run(read)
+
+
+def test_fork_and_rewind_from_the_command_line(
+    database: Database,
+    tenant: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sid = _seed(database, f"{tenant}/u1", "Refund 42")  # a message, then a question
+    url = ["--database-url", database.app_url]
+    scope = ["--scope", tenant]
+
+    assert main([*url, "sessions", "fork", sid, *scope, "--json", "--title", "what if"]) == 0
+    fork = json.loads(capsys.readouterr().out)
+    assert fork["forked_from"] == {"session_id": sid, "seq": 2}
+    assert (fork["title"], fork["message_count"], fork["pending_count"]) == ("what if", 2, 1)
+    assert fork["scope"] == f"{tenant}/u1"
+    assert main([*url, "sessions", "fork", sid, *scope, "--through-seq", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"forked {sid} through seq 1 into ses_")
+    assert f"({tenant}/u1): 1 messages" in out
+    assert main([*url, "sessions", "fork", sid, *scope, "--through-seq", "3"]) == EXIT_USAGE
+    assert "through_seq" in capsys.readouterr().err
+
+    # Declined, or no answer at all: nothing is deleted, and the exit code says so.
+    for answer in ("n\n", "", "yes please\n"):
+        monkeypatch.setattr("sys.stdin", io.StringIO(answer))
+        assert main([*url, "sessions", "rewind", fork["id"], *scope, "--to-seq", "1"]) == EXIT_ERROR
+        captured = capsys.readouterr()
+        assert f"rewind {fork['id']} to seq 1: delete message 2 (1 of 2)? [y/N]" in captured.err
+        assert "declined" in captured.err
+        assert captured.out == ""
+    assert len(_transcript(database, tenant, fork["id"])) == 2
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert main([*url, "sessions", "rewind", fork["id"], *scope, "--to-seq", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    rewound = json.loads(captured.out)  # the question went to stderr: stdout is the JSON
+    assert (rewound["message_count"], rewound["pending_count"], rewound["state"]) == (1, 0, "idle")
+    assert _transcript(database, tenant, fork["id"]) == [_transcript(database, tenant, sid)[0]]
+
+    # --yes asks nothing (stdin is not read); nothing to delete asks nothing either.
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    assert main([*url, "sessions", "rewind", sid, *scope, "--to-seq", "2"]) == 0
+    assert "[y/N]" not in capsys.readouterr().err
+    assert main([*url, "sessions", "rewind", sid, *scope, "--to-seq", "0", "--yes"]) == 0
+    captured = capsys.readouterr()
+    assert "[y/N]" not in captured.err
+    assert captured.out.strip() == f"rewound {sid} to seq 0: 0 messages, idle"
+
+    for bad, code in ((["--to-seq", "-1"], EXIT_USAGE), (["--to-seq", "5"], EXIT_USAGE)):
+        assert main([*url, "sessions", "rewind", sid, *scope, *bad, "--yes"]) == code
+        assert "to_seq" in capsys.readouterr().err
+    # Another tenant, or a sibling scope, sees no such session.
+    for elsewhere in (f"{tenant}/u2", f"{tenant}x"):
+        where = ["--scope", elsewhere]
+        assert main([*url, "sessions", "fork", sid, *where]) == EXIT_NOT_FOUND
+        assert main([*url, "sessions", "rewind", sid, *where, "--to-seq", "0"]) == EXIT_NOT_FOUND
+        assert main([*url, "sessions", "rewind", sid, *where, "--to-seq", "0", "--yes"]) == (
+            EXIT_NOT_FOUND
+        )
+    capsys.readouterr()
+    assert main([*url, "sessions", "abort", sid, *scope, "--reason", "done"]) == 0
+    assert main([*url, "sessions", "rewind", sid, *scope, "--to-seq", "0", "--yes"]) == (
+        EXIT_CONFLICT
+    )
+    assert "aborted" in capsys.readouterr().err

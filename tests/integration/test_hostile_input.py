@@ -404,3 +404,26 @@ def test_markers(fuzz: Fuzz, reason: Any) -> None:
     drawn(reason)
     fuzz.check(lambda s: s.mark_interrupted(format_id("ses", new_uuid()), reason))
     fuzz.check(lambda s: s.abort_session(format_id("ses", new_uuid()), reason))
+
+
+@FUZZ
+@given(
+    session_id=wild(ids),
+    through_seq=wild(st.none() | st.integers(-5, 5) | st.just(2**31)),
+    title=wild(st.none() | text),
+    to_seq=wild(st.integers(-5, 5) | st.just(2**31)),
+)
+def test_fork_and_rewind(
+    fuzz: Fuzz, session_id: Any, through_seq: Any, title: Any, to_seq: Any
+) -> None:
+    drawn(session_id, through_seq, title, to_seq)
+    for sid in (session_id, fuzz.target):
+
+        async def fork(store: cortex.Store, sid: Any = sid) -> None:
+            await store.fork_session(sid, through_seq=through_seq, title=title)
+
+        async def rewind(store: cortex.Store, sid: Any = sid) -> None:
+            await store.rewind_session(sid, to_seq=to_seq)
+
+        fuzz.check(fork)
+        fuzz.check(rewind)

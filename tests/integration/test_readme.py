@@ -248,6 +248,16 @@ def test_guide_messages_and_state(migrated: dict[str, str], tmp_path: Path) -> N
     ]
 
 
+def test_guide_fork_and_rewind(migrated: dict[str, str], tmp_path: Path) -> None:
+    code = docs_block("guides/messages-and-state.md", "fork-and-rewind")
+    assert _run_python(code, tmp_path, "fork_and_rewind", migrated["app"]) == [
+        "2 1 2",
+        "2 paused",
+        "3",
+        "False",
+    ]
+
+
 def test_guide_operators(migrated: dict[str, str], tmp_path: Path) -> None:
     code = docs_block("guides/operators.md", "operators")
     assert _run_python(code, tmp_path, "operators", migrated["app"]) == [

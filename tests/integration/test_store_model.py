@@ -1,7 +1,7 @@
 """Model-based test: random sequences of store operations against a plain in-memory model.
 
-Hypothesis drives create, get, update, delete, append, list, count, iterate,
-resolve and set-default across scopes chosen to be hostile to prefix matching
+Hypothesis drives create, get, update, delete, append, fork, rewind, list,
+count, iterate, resolve and set-default across scopes chosen to be hostile to prefix matching
 (``acme`` beside ``acme-corp``, ``acme_corp``, ``acme.corp``, ``Acme``,
 ``acme:1``, a 64-character segment) and several agents. Every result is
 checked against the model: visibility, order, counts, defaults, counters.
@@ -34,6 +34,7 @@ from cortex import (
     AlreadyAborted,
     Conflict,
     FunctionResponse,
+    InvalidInput,
     ListFilter,
     NewMessage,
     NotFound,
@@ -394,6 +395,66 @@ class StoreModel(RuleBasedStateMachine):
             flt = ListFilter(state=state, limit=1000)
             listed = {x.id for x in self.call(s.scope, self.store.list_sessions, flt)}
             assert (s.id in listed) == (state is s.state())
+
+    @rule(data=st.data(), back=st.integers(-1, 4))
+    def rewind(self, data: st.DataObject, back: int) -> None:
+        """Back ``back`` messages (-1: one past the end, refused)."""
+        s = self.pick(data)
+        if s is None:
+            return
+        to_seq = max(0, len(s.messages) - back)
+        try:
+            got = self.call(s.scope, self.store.rewind_session, s.id, to_seq=to_seq)
+        except SessionAborted:
+            assert s.aborted
+            return
+        except InvalidInput:
+            assert to_seq > len(s.messages)
+            return
+        assert not s.aborted
+        removed = to_seq < len(s.messages)
+        del s.messages[to_seq:]
+        s.asked = [(seq, i) for seq, i in s.asked if seq <= to_seq]
+        s.answered = [(seq, i) for seq, i in s.answered if seq <= to_seq]
+        assert (got.message_count, got.last_message) == (len(s.messages), s.preview())
+        assert (got.state, got.pending_count) == (s.state(), len(s.pending()))
+        if removed:
+            self.tick(s)
+
+    @rule(data=st.data(), back=st.integers(0, 3), via_tenant=st.booleans())
+    def fork(self, data: st.DataObject, back: int, via_tenant: bool) -> None:
+        s = self.pick(data)
+        if s is None:
+            return
+        through = max(0, len(s.messages) - back)
+        scope = Scope(*s.scope.segments[:1]) if via_tenant else s.scope
+        got = self.call(scope, self.store.fork_session, s.id, through_seq=through)
+        f = ModelSession(
+            got.id,
+            s.agent,
+            s.scope,
+            title=s.title,
+            metadata=dict(s.metadata),
+            messages=s.messages[:through],
+            asked=[(seq, i) for seq, i in s.asked if seq <= through],
+            answered=[(seq, i) for seq, i in s.answered if seq <= through],
+        )
+        assert got.forked_from is not None
+        assert (got.forked_from.session_id, got.forked_from.seq) == (s.id, through)
+        assert (got.agent_id, got.scope, got.title, got.metadata) == (
+            f.agent,
+            f.scope,
+            f.title,
+            f.metadata,
+        )
+        assert (got.message_count, got.last_message, got.is_default) == (
+            through,
+            f.preview(),
+            False,
+        )
+        assert (got.state, got.pending_count) == (f.state(), len(f.pending()))
+        self.tick(f)
+        self.sessions[got.id] = f
 
     @rule(data=st.data(), words=st.lists(st.sampled_from(WORDS), min_size=2, max_size=4))
     def concurrent_appends(self, data: st.DataObject, words: list[str]) -> None:

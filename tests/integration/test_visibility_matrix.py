@@ -114,6 +114,8 @@ async def _check(store: cortex.Store, tenant: str) -> None:
                     partial(store.update_session, made[sid].model_copy(update={"title": "x"})),
                     partial(store.delete_session, sid),
                     partial(store.set_default_session, sid),
+                    partial(store.fork_session, sid),
+                    partial(store.rewind_session, sid, to_seq=0),
                 ]
                 for call in calls:
                     with pytest.raises(NotFound):

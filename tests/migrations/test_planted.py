@@ -378,6 +378,15 @@ def test_a_digest_column_of_another_type_is_refused(blank_db: str) -> None:
     assert current(blank_db) == [before]
 
 
+def test_a_lineage_column_of_another_type_is_refused(blank_db: str) -> None:
+    before = "20261204000019"
+    upgrade(blank_db, before)
+    execute(blank_db, "ALTER TABLE sessions ADD COLUMN forked_from_seq bigint")
+    _refused(blank_db, "head", "sessions.forked_from_seq", "bigint")
+    assert current(blank_db) == [before]
+    assert not _has_column(blank_db, "sessions", "forked_from_id")
+
+
 def test_an_extension_another_role_created_is_refused(planted: Planted) -> None:
     """pg_trgm is trusted: a role with CREATE on the database may create it, and owns it then."""
     database = fetch(planted.owner, "SELECT current_database() AS d")[0]["d"]

@@ -34,6 +34,7 @@ PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 RUN_ELSEWHERE = {
     "messages-and-state": "tests/integration/test_readme.py::test_guide_messages_and_state",
     "operators": "tests/integration/test_readme.py::test_guide_operators",
+    "fork-and-rewind": "tests/integration/test_readme.py::test_guide_fork_and_rewind",
 }
 RUN_HERE = {"scopes"}
 SHARED_OPTIONS = {"--database-url", "--scope", "--json"}
@@ -138,7 +139,7 @@ def test_the_cli_page_covers_every_command_and_option() -> None:
     page = (DOCS / "reference" / "cli.md").read_text()
     sections = _cli_sections()
     commands = list(_commands(build_parser()))
-    assert len(commands) >= 16  # db: 7, sessions: 8, demo
+    assert len(commands) >= 18  # db: 7, sessions: 10, demo
     for path, parser in commands:
         heading = " ".join(path)
         assert heading in sections, f"docs/reference/cli.md has no section `{heading}`"

@@ -22,12 +22,12 @@ from cortex._sql.hot import hot_composites
 # INTEGER and give the second.
 _PINNED = {
     False: {
-        (118, "fd0bc5160433b878b159e55c51e18167edbf40db12db522dc4e9452886e65738"),
-        (118, "f731e5ed7483caf5bce25fa5d6112b5b6159f66f0ad30060d2fd7934d8138456"),
+        (118, "e55de35724bdbbf21249571d2f7654a8737297cca5f36bbebc37ff5885bd93a5"),
+        (118, "39dc5285abd5e066519a7d6acfbc000c49e95662dbaaeb4063b75d754d22a083"),
     },
     True: {
-        (102, "7e7a6b1a3b2cf38fd2b66bb19eaedd89d014766ba6d5fb50d668d52238c72185"),
-        (102, "bac0d7df211c06f6c6b3f5dbb728c83c8473962bccc13f59232ad7cab8acea76"),
+        (102, "05868d93f223c87e0dc7ed9c2e809e9fa89c41d841a9929c12c4d9b552a0cd12"),
+        (102, "def64ce5cf9260206b7a7b9a511bf20762aa94911e65a63b295087c989fc4e39"),
     },
 }
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from cortex import (
+    ForkedFrom,
     FunctionResponse,
     InvalidInput,
     ListFilter,
@@ -172,6 +173,7 @@ def test_from_database_equals_model_construct() -> None:
         "pending_count": 1,
         "key": "order-42",
         "data": {"app:k": 1.5},
+        "forked_from": None,
     }
     fast = from_database(Session, dict(values))
     slow = Session.model_construct(**values)
@@ -232,6 +234,8 @@ def test_row_to_session_builds_the_model_in_field_order() -> None:
         "state": "paused",
         "pending_count": 1,
         "session_key": "order-42",
+        "forked_from_id": None,
+        "forked_from_seq": None,
         "data": '{"app:k":"1.5"}',
     }
     assert set(row) == {column.name for column in SESSION_COLUMNS}
@@ -253,6 +257,7 @@ def test_row_to_session_builds_the_model_in_field_order() -> None:
         pending_count=1,
         key="order-42",
         data={"app:k": 1.5},
+        forked_from=None,
     )
     assert built == expected
     assert built.model_dump_json() == expected.model_dump_json()
@@ -264,6 +269,10 @@ def test_row_to_session_builds_the_model_in_field_order() -> None:
     assert empty.metadata == {}
     assert empty.data == {}
     assert empty.metadata is not other.metadata
+    source = uuid.UUID("0190f3c2-6f1e-7b7a-9c55-7d2f6f0f8a12")
+    forked = row_to_session({**row, "forked_from_id": source, "forked_from_seq": 2})  # type: ignore[arg-type]
+    assert forked.forked_from == ForkedFrom(session_id=format_id("ses", source), seq=2)
+    assert built.forked_from is None
 
 
 def test_a_list_filter_round_trips_as_json_and_keeps_its_instants() -> None:
