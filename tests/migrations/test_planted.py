@@ -379,7 +379,7 @@ def test_a_digest_column_of_another_type_is_refused(blank_db: str) -> None:
 
 
 def test_a_lineage_column_of_another_type_is_refused(blank_db: str) -> None:
-    before = "20261204000019"
+    before = "20261205000020"
     upgrade(blank_db, before)
     execute(blank_db, "ALTER TABLE sessions ADD COLUMN forked_from_seq bigint")
     _refused(blank_db, "head", "sessions.forked_from_seq", "bigint")
