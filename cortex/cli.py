@@ -463,7 +463,14 @@ def _role_name(argument: str) -> str:
 # The tables the application role must be able to read and write: after the
 # GRANTs, each is checked, because PostgreSQL only *warns* ("no privileges were
 # granted") when a role that holds rights without GRANT OPTION runs them.
-_GRANTED_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers")
+_GRANTED_TABLES: Final = (
+    "sessions",
+    "messages",
+    "pending_inputs",
+    "session_markers",
+    "erasures",
+    "retention_policies",
+)
 _NOT_OWNER: Final = (
     "run `cortex db grant` as the owner: the role that ran `cortex db upgrade` "
     "and owns the cortex tables"
