@@ -22,7 +22,11 @@ from cortex.errors import (
     SessionAborted,
 )
 from cortex.models import (
+    Erasure,
+    ErasureReport,
+    ErasureState,
     FunctionResponse,
+    ImportReport,
     ListFilter,
     Message,
     NewMessage,
@@ -41,7 +45,11 @@ __all__ = [
     "CortexError",
     "DatabaseError",
     "DatabaseUnavailable",
+    "Erasure",
+    "ErasureReport",
+    "ErasureState",
     "FunctionResponse",
+    "ImportReport",
     "InvalidInput",
     "InvalidScope",
     "ListFilter",
