@@ -13,7 +13,10 @@ release writing throughout), ``memory`` (peak client RSS while
 ``cpu`` (client and server CPU per call: the physical floor, cortex's routine
 through raw asyncpg, and the store) and ``indexes`` (what each promise's
 indexes cost an append: 8 tasks on their own sessions beside the physical
-floor, with the schema as built and without each group). The database server
+floor, with the schema as built and without each group) and ``lifecycle``
+(export, erase and import a subtree of ``--n`` messages, default 200,000,
+while probes write beside it: rates, the export's peak RSS, the neighbours'
+latencies and the longest lock wait). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -40,7 +43,7 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes")
+SEPARATE = ("migration", "memory", "cpu", "indexes", "lifecycle")
 
 
 @contextmanager
@@ -91,6 +94,10 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         return indexes.Params(
             n=args.n or (40 if quick else 400), concurrency=c, rounds=2 if quick else 4
         )
+    if scenario == "lifecycle":
+        from benchmarks import lifecycle
+
+        return lifecycle.Params(messages=args.n or (20_000 if quick else 200_000))
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
         return memory.Params(sessions=sessions, messages=max(1, sessions // 10))
@@ -165,6 +172,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import indexes
 
             modules["indexes"] = indexes
+        if scenario == "lifecycle":
+            from benchmarks import lifecycle
+
+            modules["lifecycle"] = lifecycle
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
@@ -173,7 +184,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
         **facts,
         "seconds": round(time.perf_counter() - started, 1),
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "results": [r.as_dict() for r in results],
+        "results": [r if isinstance(r, dict) else r.as_dict() for r in results],
         "invariants_ok": ok,
     }
 

@@ -12,7 +12,9 @@ import run twice changes nothing), another one is Conflict.
 
 from __future__ import annotations
 
+import asyncio
 import binascii
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
@@ -57,8 +59,11 @@ VERSION: Final = 1
 # small sessions may hold to be read in one page: memory stays flat.
 PAGE_ROWS: Final = 1_000
 PAGE_SESSIONS: Final = 200
-# Rows per INSERT of an import (the largest power of two sent).
+# Rows per INSERT of an import (the largest power of two sent), and the
+# messages buffered before they are written: a sessions' INSERT goes first
+# each time (their foreign key), so small sessions are written in long runs.
 IMPORT_ROWS: Final = 128
+BUFFERED_MESSAGES: Final = 1024
 
 
 # --- fields ------------------------------------------------------------------------
@@ -167,21 +172,32 @@ _COUNTED: Final = {
 _INT4: Final = 2**31 - 1
 
 
+def _converter(kind: str) -> Callable[[Any], Any] | None:
+    """How a column's value of ``kind`` becomes JSON (None: as it is)."""
+    if kind in _PREFIX:
+        prefix = _PREFIX[kind]
+        return lambda value: format_id(prefix, value)
+    if kind == "time":
+        return datetime.isoformat
+    if kind == "hex":
+        return lambda value: bytes(value).hex()
+    return None
+
+
+# Each record type's fields that need converting, with their converters, built once.
+_ENCODERS: Final = {
+    kind: tuple((f.name, convert) for f in fields if (convert := _converter(f.kind)) is not None)
+    for kind, fields in FIELDS.items()
+}
+
+
 def _record(kind: str, row: Row) -> dict[str, Any]:
-    """A row selected with cortex._sql.lifecycle's export columns, as a record."""
-    out: dict[str, Any] = {"type": kind}
-    for f in FIELDS[kind]:
-        value = row[f.name]
-        if value is None:
-            out[f.name] = None
-        elif f.kind in _PREFIX:
-            out[f.name] = format_id(_PREFIX[f.kind], value)
-        elif f.kind == "time":
-            out[f.name] = value.isoformat()
-        elif f.kind == "hex":
-            out[f.name] = bytes(value).hex()
-        else:
-            out[f.name] = value
+    """A row selected with cortex._sql.lifecycle's export columns (labelled by field), as a record."""
+    out: dict[str, Any] = {"type": kind, **row}
+    for name, convert in _ENCODERS[kind]:
+        value = out[name]
+        if value is not None:
+            out[name] = convert(value)
     return out
 
 
@@ -282,9 +298,41 @@ async def _session_page(
     pending: dict[uuid.UUID, list[Row]] = {}
     for row in pending_rows:
         pending.setdefault(row["session_id"], []).append(row)
-    for group in _groups(page):
-        async for record in _group_records(snap, where, group, pending):
-            yield record
+    groups = _groups(page)
+    ahead: asyncio.Task[list[Row]] | None = _fetch(snap, where, groups[0], None)
+    try:
+        for number, group in enumerate(groups):
+            index, opened = 0, False
+            while True:
+                rows = [] if ahead is None else await ahead
+                full = len(rows) == PAGE_ROWS
+                # The next page is read while this one is turned into records.
+                if full:
+                    after = (rows[-1]["session_id"], rows[-1]["seq"])
+                    ahead = _fetch(snap, where, group, after)
+                elif number + 1 < len(groups):
+                    ahead = _fetch(snap, where, groups[number + 1], None)
+                else:
+                    ahead = None
+                for row in rows:
+                    while group[index]["id"] != row["session_id"]:
+                        for record in _closing(group[index], opened, pending):
+                            yield record
+                        index, opened = index + 1, False
+                    if not opened:
+                        yield _record("session", group[index])
+                        opened = True
+                    yield _record("message", row)
+                if not full:
+                    break
+            for i in range(index, len(group)):
+                for record in _closing(group[i], opened and i == index, pending):
+                    yield record
+    finally:
+        if ahead is not None and not ahead.done():
+            ahead.cancel()
+            with contextlib.suppress(BaseException):
+                await ahead
 
 
 def _closing(row: Row, opened: bool, pending: dict[uuid.UUID, list[Row]]) -> list[dict[str, Any]]:
@@ -293,32 +341,15 @@ def _closing(row: Row, opened: bool, pending: dict[uuid.UUID, list[Row]]) -> lis
     return out + [_record("pending_input", p) for p in pending.get(row["id"], [])]
 
 
-async def _group_records(
-    snap: Snapshot, where: dict[str, Any], group: list[Row], pending: dict[uuid.UUID, list[Row]]
-) -> AsyncIterator[dict[str, Any]]:
-    """A run of sessions (by id) with their messages, read in pages by (session, seq)."""
-    index, opened = 0, False
-    after: tuple[uuid.UUID, int] | None = None
-    while True:
-        params = {**where, BATCH_IDS: [row["id"] for row in group], LIMIT: PAGE_ROWS}
-        if after is not None:
-            params[AFTER_SESSION_ID], params[AFTER_SEQ] = after
-        rows = await _rows(snap, sql.export_messages_statement(after is not None), params)
-        for row in rows:
-            while group[index]["id"] != row["session_id"]:
-                for record in _closing(group[index], opened, pending):
-                    yield record
-                index, opened = index + 1, False
-            if not opened:
-                yield _record("session", group[index])
-                opened = True
-            yield _record("message", row)
-        if len(rows) < PAGE_ROWS:
-            break
-        after = (rows[-1]["session_id"], rows[-1]["seq"])
-    for i in range(index, len(group)):
-        for record in _closing(group[i], opened and i == index, pending):
-            yield record
+def _fetch(
+    snap: Snapshot, where: dict[str, Any], group: list[Row], after: tuple[uuid.UUID, int] | None
+) -> asyncio.Task[list[Row]]:
+    """A page of a run of sessions' messages (by session and seq), read in the background."""
+    params = {**where, BATCH_IDS: [row["id"] for row in group], LIMIT: PAGE_ROWS}
+    if after is not None:
+        params[AFTER_SESSION_ID], params[AFTER_SEQ] = after
+    stmt = sql.export_messages_statement(after is not None)
+    return asyncio.ensure_future(_rows(snap, stmt, params))
 
 
 # --- import: the records -------------------------------------------------------------
@@ -368,34 +399,45 @@ def _moved(path: Scope, root: Scope, into: Scope) -> Scope:
     return Scope(*moved)
 
 
+_STRINGS: Final = frozenset(
+    {"text", "jsonb", "json", "legacy", "path", "hex", "time", "ses", "msg"}
+)
+
+
 def _value(f: _Field, value: Any, where: str, root: Scope, into: Scope) -> Any:
     """One field's value as its column takes it, checked."""
-    name = f"{where}: {f.name}"
+    kind = f.kind
     if value is None:
         if not f.nullable:
-            raise InvalidInput(f"{name} may not be null")
+            raise InvalidInput(f"{where}: {f.name} may not be null")
         return None
-    kind = f.kind
-    if kind in ("text", "jsonb", "json", "legacy", "path", "hex", "time", "ses", "msg"):
-        if not isinstance(value, str):
-            raise InvalidInput(f"{name} must be a string")
+    if kind in _STRINGS:
+        if type(value) is not str:
+            raise InvalidInput(f"{where}: {f.name} must be a string")
         if "\x00" in value:
-            raise InvalidInput(f"{name} holds a NUL character, which PostgreSQL text cannot")
-    if kind == "text":
-        return value
-    if kind == "int":
+            raise InvalidInput(f"{where}: {f.name} holds a NUL character, which text cannot")
+        if kind == "text":
+            return value
+    elif kind == "int":
         if type(value) is not int or not 0 <= value <= _INT4:
-            raise InvalidInput(f"{name} must be an integer from 0 to {_INT4}")
+            raise InvalidInput(f"{where}: {f.name} must be an integer from 0 to {_INT4}")
         return value
-    if kind == "bool":
-        if type(value) is not bool:
-            raise InvalidInput(f"{name} must be true or false")
+    elif type(value) is not bool:
+        raise InvalidInput(f"{where}: {f.name} must be true or false")
+    else:
         return value
+    return _parsed(f, value, where, root, into)
+
+
+def _parsed(f: _Field, value: str, where: str, root: Scope, into: Scope) -> Any:
+    """A string field's value as its column takes it: JSON checked, times, ids, paths parsed."""
+    kind, name = f.kind, f"{where}: {f.name}"
     if kind in ("jsonb", "json"):
-        try:
-            json.loads(value)
-        except ValueError:
-            raise InvalidInput(f"{name} must be JSON text") from None
+        if value != "{}":
+            try:
+                json.loads(value)
+            except ValueError:
+                raise InvalidInput(f"{name} must be JSON text") from None
         return value
     if kind == "time":
         try:
@@ -528,7 +570,7 @@ class Importer:
             self._close()
         table = TABLE_OF[kind]
         self.buffers[table].append(row)
-        if len(self.buffers[table]) >= IMPORT_ROWS:
+        if len(self.buffers[table]) >= (BUFFERED_MESSAGES if table == "messages" else IMPORT_ROWS):
             await self._flush(table)
         if self.on_records is not None and self.seen % IMPORT_ROWS == 0:
             self.on_records(IMPORT_ROWS)
