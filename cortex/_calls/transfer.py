@@ -299,17 +299,17 @@ async def _session_page(
     for row in pending_rows:
         pending.setdefault(row["session_id"], []).append(row)
     groups = _groups(page)
-    ahead: asyncio.Task[list[Row]] | None = _fetch(snap, where, groups[0], None)
+    ahead: asyncio.Future[list[Row]] | None = _fetch(snap, where, groups[0], None)
     try:
         for number, group in enumerate(groups):
             index, opened = 0, False
             while True:
                 rows = [] if ahead is None else await ahead
-                full = len(rows) == PAGE_ROWS
+                # Only a one-session run can hold more than a page (see _groups).
+                full = len(group) == 1 and len(rows) == PAGE_ROWS
                 # The next page is read while this one is turned into records.
                 if full:
-                    after = (rows[-1]["session_id"], rows[-1]["seq"])
-                    ahead = _fetch(snap, where, group, after)
+                    ahead = _fetch(snap, where, group, rows[-1]["seq"])
                 elif number + 1 < len(groups):
                     ahead = _fetch(snap, where, groups[number + 1], None)
                 else:
@@ -342,13 +342,24 @@ def _closing(row: Row, opened: bool, pending: dict[uuid.UUID, list[Row]]) -> lis
 
 
 def _fetch(
-    snap: Snapshot, where: dict[str, Any], group: list[Row], after: tuple[uuid.UUID, int] | None
-) -> asyncio.Task[list[Row]]:
-    """A page of a run of sessions' messages (by session and seq), read in the background."""
-    params = {**where, BATCH_IDS: [row["id"] for row in group], LIMIT: PAGE_ROWS}
-    if after is not None:
-        params[AFTER_SESSION_ID], params[AFTER_SEQ] = after
-    stmt = sql.export_messages_statement(after is not None)
+    snap: Snapshot, where: dict[str, Any], group: list[Row], after_seq: int | None
+) -> asyncio.Future[list[Row]]:
+    """A page of a run of sessions' messages (by session and seq), read in the background.
+
+    A run of several sessions is read whole: their ``message_count`` (exact
+    in the snapshot) sums to at most a page. One session is read a page at
+    a time, after ``after_seq``.
+    """
+    total = sum(row["message_count"] for row in group)
+    limit = PAGE_ROWS if len(group) == 1 else total + 1
+    params = {**where, BATCH_IDS: [row["id"] for row in group], LIMIT: limit}
+    if after_seq is not None:
+        params[AFTER_SEQ] = after_seq
+    if total == 0:
+        done: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
+        done.set_result([])
+        return done
+    stmt = sql.export_messages_statement(after_seq is not None)
     return asyncio.ensure_future(_rows(snap, stmt, params))
 
 

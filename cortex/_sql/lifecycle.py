@@ -457,15 +457,17 @@ def export_sessions_statement(depth: int, cursor: bool) -> sa.Select[*tuple[Any,
 
 @cache
 def export_messages_statement(cursor: bool) -> sa.Select[*tuple[Any, ...]]:
-    """The messages of sessions ``batch_ids``, by session and position, after (session, seq)."""
+    """The messages of sessions ``batch_ids``, by session and position.
+
+    ``cursor``: after ``after_seq``, for one session only (``batch_ids``
+    holds one id): a row comparison on (session, seq) beside the array made
+    the planner walk the index from the cursor to the tenant's end.
+    """
     stmt = sa.select(*MESSAGE_EXPORT_COLUMNS).where(
         _tenant(messages), messages.c.session_id == sa.any_(_batch())
     )
     if cursor:
-        stmt = stmt.where(
-            sa.tuple_(messages.c.session_id, messages.c.seq)
-            > sa.tuple_(uuid_param(AFTER_SESSION_ID), int_param(AFTER_SEQ))
-        )
+        stmt = stmt.where(messages.c.seq > int_param(AFTER_SEQ))
     return stmt.order_by(messages.c.session_id, messages.c.seq).limit(int_param(LIMIT))
 
 

@@ -250,12 +250,15 @@ async def test_an_export_is_one_snapshot_while_writes_go_on(
     store: cortex.Store, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = f"{tenant}/u1"
-    monkeypatch.setattr(transfer, "PAGE_SESSIONS", 2)
+    monkeypatch.setattr(transfer, "PAGE_SESSIONS", 4)
     monkeypatch.setattr(transfer, "PAGE_ROWS", 3)
+    # Pages of sessions mixing runs of small ones, empty ones and ones longer than a page.
+    sizes = [4, 0, 1, 1, 0, 7, 2, 3, 0, 1]
     with use_scope(root):
-        made = [await store.create_session("bot") for _ in range(7)]
-        for s in made:
-            await store.append_messages(s.id, [NewMessage("user", str(i)) for i in range(4)])
+        made = [await store.create_session("bot") for _ in sizes]
+        for s, size in zip(made, sizes, strict=True):
+            if size:
+                await store.append_messages(s.id, [NewMessage("user", str(i)) for i in range(size)])
         seen: list[dict[str, Any]] = []
         walk = store.export_scope()
         seen.append(await anext(walk))
@@ -265,11 +268,13 @@ async def test_an_export_is_one_snapshot_while_writes_go_on(
         await store.delete_session(made[1].id)
         await store.create_session("late")
         seen += [record async for record in walk]
-    assert _types(seen).count("session") == 7
-    assert _types(seen).count("message") == 28
+    assert _types(seen).count("session") == len(sizes)
+    assert _types(seen).count("message") == sum(sizes)
     assert all(r["content"] != "late" for r in seen if r["type"] == "message")
     counts = seen[-1]
-    assert (counts["sessions"], counts["messages"]) == (7, 28)
+    assert (counts["sessions"], counts["messages"]) == (len(sizes), sum(sizes))
+    held = {r["id"]: r["message_count"] for r in seen if r["type"] == "session"}
+    assert sorted(held.values()) == sorted(sizes)
     # Grouped by session, in seq order, each session's record first.
     current = None
     for record in seen:
@@ -279,6 +284,10 @@ async def test_an_export_is_one_snapshot_while_writes_go_on(
             assert record["session_id"] == current
             assert record["seq"] == expected
             expected += 1
+    # And it imports back as it was (each session's messages all there).
+    with use_scope(root):
+        await store.erase_scope()
+        assert (await store.import_scope(seen)).messages == sum(sizes)
 
 
 async def _slow(records: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
