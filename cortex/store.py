@@ -911,9 +911,7 @@ class Store:
         return self._export(bound, _within(bound, path))
 
     async def _export(self, bound: Scope, target: Scope) -> AsyncGenerator[dict[str, Any], None]:
-        # Custom plans: a generic plan of a page's ``session_id = ANY(...)`` walks
-        # the tenant's whole message index in order instead of the page's sessions.
-        async with read_snapshot(self._engine, bound, custom_plans=True) as snap:
+        async with read_snapshot(self._engine, bound) as snap:
             async for record in transfer_calls.export_records(snap, target):
                 yield record
 
