@@ -295,3 +295,24 @@ async def test_an_erasure_races_appends_inside_and_outside_its_scope(
         for s in inside:
             with pytest.raises(NotFound):
                 await store.get_session(s.id)
+
+
+async def test_legacy_messages_outside_any_session_go_too(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    """Rows an older release wrote that the backfill left unsessioned (e.g. a refused agent id)."""
+    for scope in (f"{tenant}/u1", f"{tenant}/u1/t", f"{tenant}/u10", f"{tenant}/u1-x"):
+        await owner_conn.execute(
+            "INSERT INTO messages (tenant_id, id, role, content, created_at, agent_id, scope)"
+            " VALUES ($1, gen_random_uuid(), 'user', 'legacy', now(), 'bot\u00a0x', $2)",
+            tenant,
+            scope,
+        )
+    with use_scope(f"{tenant}/u1"):
+        assert (await store.erase_scope(dry_run=True)).messages == 2
+        report = await store.erase_scope()
+    assert report.messages == 2
+    left = await owner_conn.fetch(
+        "SELECT scope FROM messages WHERE tenant_id = $1 AND session_id IS NULL", tenant
+    )
+    assert sorted(r["scope"] for r in left) == [f"{tenant}/u1-x", f"{tenant}/u10"]
