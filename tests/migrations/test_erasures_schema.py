@@ -1,4 +1,4 @@
-"""Revision 20261205000021: ``erasures`` and ``retention_policies``, tenant tables like ``sessions``.
+"""Revision 20261205000022: ``erasures`` and ``retention_policies``, tenant tables like ``sessions``.
 
 Both are held to row-level security (ENABLE + FORCE, the tenant policy), in
 the application grants (a receipt is never deleted by the application), and
@@ -18,8 +18,8 @@ from cortex.migrate import grant_sql, upgrade
 from tests.conftest import admin, asyncpg_dsn, with_user
 from tests.migrations.legacy import current, execute, fetch
 
-REVISION = "20261205000021"
-BEFORE = "20261205000020"
+REVISION = "20261205000022"
+BEFORE = "20261205000021"
 TABLES = ("erasures", "retention_policies")
 
 

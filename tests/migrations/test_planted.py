@@ -488,7 +488,7 @@ ERASURES = (
 
 
 def test_a_planted_erasures_table_is_refused(planted: Planted, layer: str) -> None:
-    before = "20261205000020"
+    before = "20261205000021"
     upgrade(planted.owner, before)
     execute(
         planted.planter,
@@ -503,7 +503,7 @@ def test_a_planted_erasures_table_is_refused(planted: Planted, layer: str) -> No
 
 
 def test_a_planted_type_in_retention_policies_name_is_refused(planted: Planted) -> None:
-    before = "20261205000020"
+    before = "20261205000021"
     upgrade(planted.owner, before)
     execute(planted.planter, "CREATE TYPE retention_policies AS (tenant_id text)")
     _refused(planted.owner, "head", "type retention_policies", planted.role)
@@ -512,7 +512,7 @@ def test_a_planted_type_in_retention_policies_name_is_refused(planted: Planted) 
 
 
 def test_a_planted_running_index_name_is_refused(planted: Planted) -> None:
-    before = "20261205000020"
+    before = "20261205000021"
     upgrade(planted.owner, before)
     execute(
         planted.planter,
@@ -526,7 +526,7 @@ def test_a_planted_running_index_name_is_refused(planted: Planted) -> None:
 
 def test_an_open_policy_on_a_cortex_made_erasures_is_refused(blank_db: str) -> None:
     """Made by the migrating role itself, so only the policy's definition tells it apart."""
-    before = "20261205000020"
+    before = "20261205000021"
     upgrade(blank_db, before)
     execute(
         blank_db,

@@ -1,7 +1,7 @@
 """Erasure receipts and retention policies: two tenant tables, ``erasures`` and ``retention_policies``.
 
-Revision ID: 20261205000021
-Revises: 20261205000020
+Revision ID: 20261205000022
+Revises: 20261205000021
 Create Date: 2026-12-05
 
 Why it exists: ``Store.erase_scope`` removes everything at and beneath a
@@ -47,8 +47,8 @@ from alembic import context, op
 from cortex._revision_helpers import ddl_v1 as ddl
 from cortex._revision_helpers.citus_v1 import distribute
 
-revision: str = "20261205000021"
-down_revision: str | Sequence[str] | None = "20261205000020"
+revision: str = "20261205000022"
+down_revision: str | Sequence[str] | None = "20261205000021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.

@@ -1,4 +1,4 @@
--- Running upgrade 20261205000020 -> 20261205000021
+-- Running upgrade 20261205000021 -> 20261205000022
 
 DO $check$
 DECLARE
@@ -362,4 +362,4 @@ ALTER TABLE retention_policies FORCE ROW LEVEL SECURITY;
 
 CREATE POLICY tenant_isolation ON retention_policies USING (tenant_id = current_setting('cortex.tenant', true)) WITH CHECK (tenant_id = current_setting('cortex.tenant', true));
 
-UPDATE alembic_version SET version_num='20261205000021' WHERE alembic_version.version_num = '20261205000020';
+UPDATE alembic_version SET version_num='20261205000022' WHERE alembic_version.version_num = '20261205000021';
