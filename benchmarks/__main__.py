@@ -15,7 +15,10 @@ through raw asyncpg, and the store), ``filters`` (listing pages filtered by
 metadata and by time, beside the unfiltered page, on ``--n`` sessions,
 default 1,000,000) and ``indexes`` (what each promise's
 indexes cost an append: 8 tasks on their own sessions beside the physical
-floor, with the schema as built and without each group). The database server
+floor, with the schema as built and without each group) and ``lifecycle``
+(export, erase and import a subtree of ``--n`` messages, default 200,000,
+while probes write beside it: rates, the export's peak RSS, the neighbours'
+latencies and the longest lock wait). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -42,7 +45,7 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes", "filters")
+SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle")
 
 
 @contextmanager
@@ -99,6 +102,10 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         return filters.Params(
             sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
         )
+    if scenario == "lifecycle":
+        from benchmarks import lifecycle
+
+        return lifecycle.Params(messages=args.n or (20_000 if quick else 200_000))
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
         return memory.Params(sessions=sessions, messages=max(1, sessions // 10))
@@ -177,6 +184,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import filters
 
             modules["filters"] = filters
+        if scenario == "lifecycle":
+            from benchmarks import lifecycle
+
+            modules["lifecycle"] = lifecycle
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
@@ -185,7 +196,7 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
         **facts,
         "seconds": round(time.perf_counter() - started, 1),
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "results": [r.as_dict() for r in results],
+        "results": [r if isinstance(r, dict) else r.as_dict() for r in results],
         "invariants_ok": ok,
     }
 

@@ -17,7 +17,8 @@ code  meaning
 ====  =====================================================
 
 Global options (``--database-url``) are accepted before or after the
-subcommand. The session commands live in :mod:`cortex._cli_sessions`.
+subcommand. The session commands live in :mod:`cortex._cli_sessions`, the scope
+commands (erase, export, import) in :mod:`cortex._cli_scope`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from cortex._cli_common import (
     emit_json,
     literal,
 )
+from cortex._cli_scope import add_scope_commands
 from cortex._cli_sessions import add_session_commands
 from cortex._db import routines as _routines
 from cortex._db.engine import (
@@ -451,7 +453,14 @@ def _role_name(argument: str) -> str:
 # The tables the application role must be able to read and write: after the
 # GRANTs, each is checked, because PostgreSQL only *warns* ("no privileges were
 # granted") when a role that holds rights without GRANT OPTION runs them.
-_GRANTED_TABLES: Final = ("sessions", "messages", "pending_inputs", "session_markers")
+_GRANTED_TABLES: Final = (
+    "sessions",
+    "messages",
+    "pending_inputs",
+    "session_markers",
+    "erasures",
+    "retention_policies",
+)
 _NOT_OWNER: Final = (
     "run `cortex db grant` as the owner: the role that ran `cortex db upgrade` "
     "and owns the cortex tables"
@@ -645,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("--json", action="store_true", help="the result (or the SQL), as JSON")
 
     add_session_commands(commands, _Parser, common)
+    add_scope_commands(commands, _Parser, common)
 
     demo = commands.add_parser(
         "demo",

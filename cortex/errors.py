@@ -7,7 +7,7 @@ Every exception a caller can see from cortex is a :class:`CortexError`::
     ├── InvalidInput        (also ValueError)   refused before anything was written
     │   └── InvalidScope                        a scope path or segment is malformed
     ├── ScopeMissing                            no scope is bound on the context
-    ├── ScopeViolation                          a nested scope tried to widen the outer one
+    ├── ScopeViolation                          a nested scope, or a path named, outside the bound one
     ├── Conflict                                the request contradicts stored state
     │   └── AlreadyAborted
     ├── SessionAborted                          the session carries an abort marker
@@ -73,7 +73,12 @@ class ScopeMissing(CortexError):
 
 
 class ScopeViolation(CortexError):
-    """A nested ``use_scope`` named a scope outside the enclosing one."""
+    """A scope outside the bound one: a nested ``use_scope``, or a path a call acts on.
+
+    The calls on a whole scope (``erase_scope``, ``list_erasures``,
+    ``export_scope``, ``import_scope``) take a path that must be the current
+    scope or beneath it.
+    """
 
 
 class Conflict(CortexError):

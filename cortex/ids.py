@@ -1,4 +1,4 @@
-"""TypeIDs: ``ses_…`` and ``msg_…`` identifiers over UUIDv7.
+"""TypeIDs: ``ses_…``, ``msg_…`` and ``era_…`` identifiers over UUIDv7.
 
 The database stores the bare ``uuid``; the prefix is a property of the column,
 added on the way out and checked on the way in. UUIDv7 keeps ids k-sortable,
@@ -18,10 +18,19 @@ from typeid.errors import TypeIDException
 
 from cortex.errors import InvalidInput
 
-__all__ = ["MESSAGE_PREFIX", "SESSION_PREFIX", "format_id", "new_uuid", "parse_id"]
+__all__ = [
+    "ERASURE_PREFIX",
+    "MESSAGE_PREFIX",
+    "SESSION_PREFIX",
+    "format_id",
+    "new_uuid",
+    "parse_id",
+]
 
 SESSION_PREFIX: Final = "ses"
 MESSAGE_PREFIX: Final = "msg"
+# An erasure's receipt (cortex.models.Erasure).
+ERASURE_PREFIX: Final = "era"
 # A TypeID suffix is 26 characters; the prefix, "_" and suffix stay short, so
 # anything longer is refused before the parser sees it.
 _MAX_ID_LENGTH: Final = 64

@@ -121,6 +121,8 @@ _DISTRIBUTED_TABLES: Final = (
     "pending_inputs",
     "session_markers",
     "scope_data",
+    "erasures",
+    "retention_policies",
 )
 
 
@@ -376,6 +378,9 @@ _GRANTS: Final = (
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE pending_inputs"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE session_markers"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE scope_data"),
+    # Erasure receipts are durable: written and updated by erase_scope, never deleted.
+    ("SELECT, INSERT, UPDATE", "TABLE erasures"),
+    ("SELECT, INSERT, UPDATE, DELETE", "TABLE retention_policies"),
     # connect() reads the schema revision and which code it serves.
     ("SELECT", "TABLE alembic_version"),
     ("SELECT", "TABLE cortex_schema_compat"),

@@ -53,8 +53,12 @@ __all__ = [
     "MAX_TITLE_LENGTH",
     "PREVIEW_LENGTH",
     "RESERVED_DATA_PREFIX",
+    "Erasure",
+    "ErasureReport",
+    "ErasureState",
     "ForkedFrom",
     "FunctionResponse",
+    "ImportReport",
     "ListFilter",
     "Message",
     "NewMessage",
@@ -845,3 +849,78 @@ class SessionDetail(_Model):
     pending: list[PendingInput] = Field(default_factory=list)
     abort_reason: str | None = None
     interrupt_reason: str | None = None
+
+
+# --- a scope's lifecycle: erasure, export, import ---------------------------------
+
+
+class ErasureState(StrEnum):
+    """Where an erasure stands: ``running`` until its last batch commits, then ``done``."""
+
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Erasure(_Model):
+    """The durable receipt of one erasure: when, which scope, how much. Never what.
+
+    Written when the erasure begins and updated in the transaction of each of
+    its batches, so the counts are what was removed. A receipt left
+    ``running`` (the erasing process died) is finished by the next erasure
+    of the same scope. Receipts are never deleted by the store.
+    """
+
+    # cortex-owned: "era_" TypeID over a UUIDv7.
+    id: str
+    # The scope erased: everything at it and beneath it.
+    scope: Scope
+    state: ErasureState
+    # When the erasure began (tz-aware UTC).
+    at: datetime
+    # When its last batch committed; None while running.
+    finished_at: datetime | None = None
+    sessions: int = 0
+    messages: int = 0
+    pending_inputs: int = 0
+    markers: int = 0
+    scope_documents: int = 0
+
+
+class ErasureReport(_Model):
+    """What :meth:`cortex.Store.erase_scope` removed (or, with ``dry_run``, would remove).
+
+    ``messages`` counts every message of the removed sessions (and legacy
+    messages the backfill left outside a session in the scope);
+    ``pending_inputs`` the open questions, ``markers`` the abort and
+    interrupt markers (parked ones too), ``scope_documents`` the scope
+    state documents at and beneath the scope. ``receipt`` is the durable
+    receipt (None on a dry run), its counts the erasure's over every call
+    that worked on it (a resumed erasure's included).
+    """
+
+    scope: Scope
+    dry_run: bool = False
+    sessions: int = 0
+    messages: int = 0
+    pending_inputs: int = 0
+    markers: int = 0
+    scope_documents: int = 0
+    receipt: Erasure | None = None
+
+
+class ImportReport(_Model):
+    """What :meth:`cortex.Store.import_scope` wrote, and what it found already there, identical.
+
+    Importing an export a second time writes nothing: every row counts in
+    ``unchanged``.
+    """
+
+    # Where the export's root scope now lives (``into``, else the export's root).
+    scope: Scope
+    sessions: int = 0
+    messages: int = 0
+    pending_inputs: int = 0
+    markers: int = 0
+    scope_documents: int = 0
+    # Rows already stored exactly as exported (nothing written for them).
+    unchanged: int = 0

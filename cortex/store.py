@@ -15,7 +15,15 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
@@ -26,9 +34,11 @@ from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from cortex._calls import erasure as erasure_calls
 from cortex._calls import messages as message_calls
 from cortex._calls import operator as operator_calls
 from cortex._calls import sessions as session_calls
+from cortex._calls import transfer as transfer_calls
 from cortex._calls.messages import SEQ_END, SessionHistory
 from cortex._calls.sessions import not_found
 from cortex._db import routines as _routines
@@ -38,7 +48,7 @@ from cortex._db.pool import drop_held_on_disconnect, holding_options
 from cortex._db.snapshot import read_snapshot
 from cortex._db.transaction import run_transaction
 from cortex._validate import boundary, encode_json, instance_of
-from cortex.errors import InvalidInput, NotFound, translate_errors
+from cortex.errors import Conflict, InvalidInput, NotFound, ScopeViolation, translate_errors
 from cortex.ids import new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
@@ -49,8 +59,11 @@ from cortex.models import (
     Author,
     BeforeSeq,
     Data,
+    Erasure,
+    ErasureReport,
     Flag,
     FunctionResponse,
+    ImportReport,
     InterruptId,
     JsonValue,
     ListFilter,
@@ -166,6 +179,22 @@ async def _installed_routines(engine: AsyncEngine) -> Routines:
             if not isinstance(driver, asyncpg.Connection):
                 return {}
             return await _routines.available(driver)
+
+
+def _within(bound: Scope, path: str | Scope | None, field: str = "path") -> Scope:
+    """``path`` (default: ``bound``), which must be ``bound`` or beneath it.
+
+    Raises:
+        InvalidScope: ``path`` is malformed.
+        ScopeViolation: ``path`` is above or beside ``bound``.
+    """
+    if path is None:
+        return bound
+    if isinstance(path, str):
+        path = Scope.parse(path)
+    if not bound.contains(path):
+        raise ScopeViolation(f"{field}: {path} is not within the current scope {bound}")
+    return path
 
 
 def _parse_session_id(session_id: str, field: str = "session_id") -> uuid.UUID:
@@ -835,6 +864,187 @@ class Store:
             lambda conn: message_calls.select_session_with_messages(conn, scope, sid, limit=limit),
             single=True,
         )
+
+    # --- a scope's lifecycle ------------------------------------------------------
+
+    @boundary
+    async def erase_scope(
+        self,
+        path: str | Scope | None = None,
+        *,
+        dry_run: Flag = False,
+        on_batch: Callable[[ErasureReport], None] | None = None,
+    ) -> ErasureReport:
+        """Remove everything at and beneath ``path`` (default: the current scope).
+
+        Every session there with its messages, pending inputs and markers,
+        markers parked there, and the scope state documents at and beneath
+        it. Whole segments only: erasing ``acme/u1`` never touches
+        ``acme/u10``. With ``dry_run``, nothing is written: the report
+        counts what would be removed now.
+
+        Online: the work goes in batches, each its own short transaction
+        (at most 500 sessions holding 10,000 messages, one session at least),
+        so no statement holds its locks long and calls in other scopes
+        never wait on it. A durable receipt (:class:`cortex.Erasure`, see
+        :meth:`list_erasures`) is written when the erasure begins and
+        updated with each batch; it holds when, which scope and how much,
+        never content.
+
+        Resumable and idempotent: an erasure cut short (the process killed,
+        the task cancelled) leaves its receipt ``running``, and the next
+        call for the same scope finishes that erasure (its receipt counts
+        both calls' work); erasing an empty scope again records an empty
+        erasure. ``on_batch`` is told this call's counts after each batch.
+
+        Concurrency: what was committed beneath the scope before the call
+        began is gone when it returns. A session created after the call
+        began (by the database's clock) survives it, with its messages;
+        one created while the call runs may go or stay. An append to a
+        session being removed waits for its batch, then finds it gone
+        (NotFound). Scope state documents go whenever they were written: a
+        document merges earlier deltas into itself.
+
+        Raises:
+            ScopeViolation: ``path`` is not the current scope or beneath it.
+            InvalidInput: ``path`` is malformed.
+        """
+        bound = current_scope()
+        target = _within(bound, path)
+        if dry_run:
+            return await self._run(bound, lambda conn: erasure_calls.count(conn, target))
+        begun = await self._run(bound, lambda conn: erasure_calls.begin(conn, target))
+        totals = dict.fromkeys(
+            ("sessions", "messages", "pending_inputs", "markers", "scope_documents"), 0
+        )
+
+        def add(removed: erasure_calls.Removed) -> None:
+            for name in totals:
+                totals[name] += getattr(removed, name)
+            if on_batch is not None:
+                on_batch(ErasureReport(scope=target, receipt=removed.receipt, **totals))
+
+        while True:
+            removed = await self._run(
+                bound, lambda conn: erasure_calls.erase_batch(conn, target, begun)
+            )
+            if removed.sessions == 0:
+                break
+            add(removed)
+        for kind in ("markers", "unsessioned", "scope_documents"):
+            while True:
+                rest = partial(erasure_calls.erase_rest, target=target, begun=begun, kind=kind)
+                removed = await self._run(bound, rest)
+                if removed.rows == 0:
+                    break
+                add(removed)
+        receipt = await self._run(bound, lambda conn: erasure_calls.finish(conn, target, begun))
+        return ErasureReport(scope=target, receipt=receipt, **totals)
+
+    @boundary
+    async def list_erasures(self, path: str | Scope | None = None) -> list[Erasure]:
+        """The receipts of erasures at or beneath ``path`` (default: the current scope), newest first.
+
+        Raises:
+            ScopeViolation: ``path`` is not the current scope or beneath it.
+        """
+        bound = current_scope()
+        target = _within(bound, path)
+        return await self._run(bound, lambda conn: erasure_calls.list_receipts(conn, target))
+
+    @boundary
+    def export_scope(self, path: str | Scope | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Every record of ``path``'s subtree (default: the current scope), from one snapshot.
+
+        The records (docs/reference/export-format.md) are dicts of JSON
+        values, one per line in JSON Lines: a header (format, version, root
+        scope, the subtree's session and message counts), the scope state
+        documents, each session followed by its messages and its pending
+        inputs, the markers (parked ones too), and an end record counting
+        each kind. Every stored column is carried (ids, positions,
+        counters, defaults, keys, markers, state, digests, lineage, created
+        and updated times), JSON columns as their text.
+
+        One ``REPEATABLE READ READ ONLY`` transaction holds the snapshot,
+        read in keyset pages, so memory stays flat whatever the subtree's
+        size; writes during the export are not in it. As with
+        :meth:`iter_sessions`, the walk holds one pooled connection and one
+        open transaction until it is exhausted or closed.
+
+        Raises:
+            ScopeViolation: ``path`` is not the current scope or beneath it
+                (raised by this call, before iteration).
+        """
+        bound = current_scope()
+        return self._export(bound, _within(bound, path))
+
+    async def _export(self, bound: Scope, target: Scope) -> AsyncGenerator[dict[str, Any], None]:
+        async with read_snapshot(self._engine, bound) as snap:
+            async for record in transfer_calls.export_records(snap, target):
+                yield record
+
+    @boundary
+    async def import_scope(
+        self,
+        records: Any,
+        *,
+        into: str | Scope | None = None,
+        on_records: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Restore an export (:meth:`export_scope`'s records, in order), in one transaction.
+
+        Every row is written as exported: ids, positions, counters,
+        defaults, keys, markers, state documents, created and updated
+        times. With ``into``, the export's root scope becomes ``into`` and
+        everything beneath it keeps its place relative to it (ids are kept:
+        importing into the tenant the export came from while its source
+        still exists is Conflict). ``records``: an iterable or async
+        iterable of records, read once, as they come (memory stays flat).
+        ``on_records`` is told, now and then, how many more were taken.
+
+        A row whose key is stored already is compared: the same row is left
+        as it is (importing an export twice changes nothing and reports it
+        ``unchanged``); another one is Conflict, and nothing is written.
+
+        Raises:
+            ScopeViolation: ``into`` (or, without it, the export's root) is
+                not the current scope or beneath it.
+            InvalidInput: a record is malformed or out of place, a scope lies
+                outside the export's root or would be deeper than 8, or the
+                export is cut short (no end record); nothing is written.
+            Conflict: an id, key, default or position holds something else;
+                nothing is written.
+        """
+        bound = current_scope()
+        target = None if into is None else _within(bound, into, "into")
+        if isinstance(records, str | bytes | dict) or not isinstance(
+            records, Iterable | AsyncIterable
+        ):
+            raise InvalidInput("records: an iterable of export records")
+        stream = aiter(transfer_calls.records_of(records))
+        first = await anext(stream, None)
+        if first is None:
+            raise InvalidInput("records: empty; an export starts with its header")
+        header = transfer_calls.read_header(first)
+        if target is None:
+            target = _within(bound, header.root, "root")
+        attempts = 0
+
+        async def body(conn: Tx) -> ImportReport:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                # The records were read once: a transaction run again has none.
+                raise Conflict(
+                    "the import met a concurrent write and was rolled back; nothing was"
+                    " written: run it again"
+                )
+            importer = transfer_calls.Importer(conn, header, target, on_records)
+            async for record in stream:
+                await importer.add(record)
+            return await importer.finish()
+
+        return await self._run(bound, body)
 
     # --- operator surface -------------------------------------------------------
 

@@ -14,23 +14,29 @@ from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, UUID
 
 __all__ = [
     "AFTER_ID",
+    "AFTER_KIND",
+    "AFTER_SCOPE",
     "AFTER_SEQ",
+    "AFTER_SESSION_ID",
     "AFTER_UPDATED_AT",
     "AGENT_ID",
     "A_IDS",
     "A_SEQS",
+    "BATCH_IDS",
     "BATCH_SIZE",
     "BEFORE_SEQ",
     "COPY_BASE",
     "COPY_IDS",
     "CREATED_AFTER",
     "CREATED_BEFORE",
+    "CUTOFF",
     "DATA_DELTA",
     "DELETED_SCOPE",
     "DELTAS_DIGEST",
     "D_DATA",
     "D_PATHS",
     "D_SCOPES",
+    "ERASURE_ID",
     "EXPECTED_COUNT",
     "INTERRUPT_ID",
     "K_AUTHORS",
@@ -270,6 +276,18 @@ PENDING_DELTA: Final = "pending_delta"
 INTERRUPT_ID: Final = "interrupt_id"
 MARKER_SCOPE: Final = "marker_scope"
 REASON: Final = "reason"
+
+
+# --- a scope's lifecycle: erasure batches, export pages (cortex._sql.lifecycle) --------------
+
+ERASURE_ID: Final = "erasure_id"
+# When the erasure call began: sessions created from then on are not its.
+CUTOFF: Final = "cutoff"
+# The sessions one erasure batch removes, or one export page's sessions.
+BATCH_IDS: Final = "batch_ids"
+AFTER_SCOPE: Final = "after_scope"
+AFTER_SESSION_ID: Final = "after_session_id"
+AFTER_KIND: Final = "after_kind"
 
 
 def row_name(name: str, i: int) -> str:

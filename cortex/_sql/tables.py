@@ -26,9 +26,11 @@ __all__ = [
     "UQ_SESSIONS_DEFAULT",
     "UQ_SESSIONS_KEY",
     "bounded_data",
+    "erasures",
     "messages",
     "metadata",
     "pending_inputs",
+    "retention_policies",
     "schema_compat",
     "scope_data",
     "session_markers",
@@ -448,4 +450,69 @@ scope_data = sa.Table(
     sa.PrimaryKeyConstraint("tenant_id", "scope"),
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
     sa.CheckConstraint("octet_length(data::text) <= 1048576", name=conv(SCOPE_DATA_SIZE)),
+)
+
+erasures = sa.Table(
+    "erasures",
+    metadata,
+    # cortex-owned, all columns: the receipt of one erase_scope (revision
+    # 20261205000022), written when it begins and updated by each batch in the
+    # batch's transaction, so its counts are what was removed. No content.
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    # UUIDv7 behind the public "era_" TypeID.
+    sa.Column("id", UUID(as_uuid=True), nullable=False),
+    # The erased scope's path, as sessions.scope holds it.
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    # 'running' until the last batch, then 'done'; a killed erase stays 'running'
+    # and the next erase of the same scope finishes it.
+    sa.Column("state", sa.Text(), nullable=False, server_default="running"),
+    # When the erasure began.
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("sessions", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("messages", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("pending_inputs", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("markers", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("scope_documents", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+    sa.CheckConstraint("state IN ('running', 'done')", name="state"),
+    sa.CheckConstraint("(state = 'done') = (finished_at IS NOT NULL)", name="finished"),
+    sa.CheckConstraint(
+        "sessions >= 0 AND messages >= 0 AND pending_inputs >= 0 AND markers >= 0"
+        " AND scope_documents >= 0",
+        name="counts",
+    ),
+)
+# At most one running erasure per scope: a second erase of it resumes that one.
+sa.Index(
+    "uq_erasures_running",
+    erasures.c.tenant_id,
+    erasures.c.scope,
+    unique=True,
+    postgresql_where=erasures.c.state == "running",
+)
+sa.Index("ix_erasures_scope", erasures.c.tenant_id, erasures.c.scope, erasures.c.at)
+
+retention_policies = sa.Table(
+    "retention_policies",
+    metadata,
+    # host-owned rules per scope (revision 20261205000022): one row per path.
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    # NULL: sessions are never deleted for being idle.
+    sa.Column("delete_idle_after", sa.Interval(), nullable=True),
+    # NULL: a session keeps all its messages.
+    sa.Column("keep_last_messages", sa.Integer(), nullable=True),
+    sa.Column("include_paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.PrimaryKeyConstraint("tenant_id", "scope"),
+    sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+    sa.CheckConstraint("delete_idle_after > interval '0'", name="delete_idle_after"),
+    sa.CheckConstraint("keep_last_messages >= 0", name="keep_last_messages"),
 )

@@ -208,3 +208,21 @@ def test_filters_measures_filtered_pages_beside_the_unfiltered_one(
             assert side["ops"] > 0
             assert side["p95_ms"] >= side["p50_ms"] > 0
     assert not out.with_suffix(".png").exists()  # a table, no chart
+
+
+def test_lifecycle_exports_erases_and_imports_a_subtree(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "lifecycle.json"
+    assert main(["lifecycle", "--n", "2000", "--dsn", server_url, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "lifecycle"
+    assert report["invariants_ok"] is True
+    steps = {r["step"]: r for r in report["results"]}
+    assert set(steps) == {"export", "erase", "import"}
+    assert steps["export"]["messages"] == steps["erase"]["messages"] == 2000
+    assert steps["import"]["messages"] == 2000
+    assert steps["import"]["identical"] is True
+    assert steps["export"]["peak_after_mib"] >= steps["export"]["peak_before_mib"] > 0
+    assert steps["erase"]["probe"]["calls"] > 0
+    assert steps["erase"]["probe_failures"] == []
+    assert {"longest_wait_ms", "waits_seen"} <= set(steps["erase"]["locks"])
+    assert not out.with_suffix(".png").exists()  # a table, no chart

@@ -42,7 +42,15 @@ pytestmark = [
     pytest.mark.citus,
 ]
 
-_TABLES = ["messages", "pending_inputs", "scope_data", "session_markers", "sessions"]
+_TABLES = [
+    "erasures",
+    "messages",
+    "pending_inputs",
+    "retention_policies",
+    "scope_data",
+    "session_markers",
+    "sessions",
+]
 
 
 async def test_upgrade_alone_distributes_every_table_colocated(
@@ -311,6 +319,16 @@ async def _every_public_call(store: cortex.Store, tenant: str) -> None:
                 await store.list_sessions(flt)
                 await store.count_sessions(flt)
             _ = [s async for s in store.iter_sessions(ListFilter(limit=1))]
+            await store.erase_scope(dry_run=True)
+            await store.list_erasures()
+            _ = [r async for r in store.export_scope()]
+    # A scope's lifecycle at each depth class: export, erase, import (twice: the compare).
+    for scope in (f"{tenant}/team/user", f"{tenant}/team", tenant):
+        with use_scope(scope):
+            records = [r async for r in store.export_scope()]
+            await store.erase_scope()
+            await store.import_scope(records)
+            await store.import_scope(records)
 
 
 def _plan_problems(plan: object) -> list[str]:

@@ -258,6 +258,17 @@ def test_guide_fork_and_rewind(migrated: dict[str, str], tmp_path: Path) -> None
     ]
 
 
+def test_guide_scope_lifecycle(migrated: dict[str, str], tmp_path: Path) -> None:
+    code = docs_block("guides/scope-lifecycle.md", "scope-lifecycle")
+    assert _run_python(code, tmp_path, "scope_lifecycle", migrated["app"]) == [
+        "header 1 1",
+        "1 1 done",
+        "acme/eu/user-42 1",
+        "acme/eu/archive/user-42 1 1",
+        "0 2",
+    ]
+
+
 def test_guide_operators(migrated: dict[str, str], tmp_path: Path) -> None:
     code = docs_block("guides/operators.md", "operators")
     assert _run_python(code, tmp_path, "operators", migrated["app"]) == [

@@ -474,3 +474,65 @@ def test_a_revision_killed_half_way_runs_again(
         blank_db, "SELECT polname FROM pg_policy WHERE polrelid = 'scope_data'::regclass"
     )
     assert [r["polname"] for r in policies] == ["tenant_isolation"]
+
+
+ERASURES = (
+    "CREATE TABLE erasures ("
+    ' tenant_id text COLLATE "C" NOT NULL, id uuid NOT NULL, scope text COLLATE "C" NOT NULL,'
+    " state text NOT NULL DEFAULT 'running', at timestamptz NOT NULL DEFAULT now(),"
+    " finished_at timestamptz, sessions bigint NOT NULL DEFAULT 0,"
+    " messages bigint NOT NULL DEFAULT 0, pending_inputs bigint NOT NULL DEFAULT 0,"
+    " markers bigint NOT NULL DEFAULT 0, scope_documents bigint NOT NULL DEFAULT 0,"
+    " CONSTRAINT pk_erasures PRIMARY KEY (tenant_id, id))"
+)
+
+
+def test_a_planted_erasures_table_is_refused(planted: Planted, layer: str) -> None:
+    before = "20261205000021"
+    upgrade(planted.owner, before)
+    execute(
+        planted.planter,
+        ERASURES,
+        "ALTER TABLE erasures ENABLE ROW LEVEL SECURITY",
+        "CREATE POLICY tenant_isolation ON erasures USING (true) WITH CHECK (true)",
+    )
+    _refused(planted.owner, "head", "erasures", planted.role)
+    assert current(planted.owner) == [before]
+    assert _owner_of(planted.owner, "erasures") == planted.role
+    assert _owner_of(planted.owner, "retention_policies") is None
+
+
+def test_a_planted_type_in_retention_policies_name_is_refused(planted: Planted) -> None:
+    before = "20261205000021"
+    upgrade(planted.owner, before)
+    execute(planted.planter, "CREATE TYPE retention_policies AS (tenant_id text)")
+    _refused(planted.owner, "head", "type retention_policies", planted.role)
+    assert current(planted.owner) == [before]
+    assert _owner_of(planted.owner, "erasures") is None
+
+
+def test_a_planted_running_index_name_is_refused(planted: Planted) -> None:
+    before = "20261205000021"
+    upgrade(planted.owner, before)
+    execute(
+        planted.planter,
+        "CREATE TABLE decoy (x int)",
+        "CREATE INDEX uq_erasures_running ON decoy (x)",
+    )
+    _refused(planted.owner, "head", "uq_erasures_running", planted.role)
+    assert current(planted.owner) == [before]
+    assert _owner_of(planted.owner, "erasures") is None
+
+
+def test_an_open_policy_on_a_cortex_made_erasures_is_refused(blank_db: str) -> None:
+    """Made by the migrating role itself, so only the policy's definition tells it apart."""
+    before = "20261205000021"
+    upgrade(blank_db, before)
+    execute(
+        blank_db,
+        ERASURES,
+        "ALTER TABLE erasures ENABLE ROW LEVEL SECURITY",
+        "CREATE POLICY tenant_isolation ON erasures USING (true) WITH CHECK (true)",
+    )
+    _refused(blank_db, "head", "tenant_isolation", "erasures")
+    assert current(blank_db) == [before]

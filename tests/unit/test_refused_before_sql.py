@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from cortex import InvalidInput, ListFilter, NewMessage, Session, Store, use_scope
+from cortex import (
+    InvalidInput,
+    ListFilter,
+    NewMessage,
+    ScopeViolation,
+    Session,
+    Store,
+    use_scope,
+)
 from cortex._db.engine import make_engine
 from cortex.ids import format_id, new_uuid
 
@@ -22,6 +30,13 @@ pytestmark = pytest.mark.anyio
 SID = format_id("ses", new_uuid())
 BIG = "x" * (64 * 1024 + 1)
 NAIVE = datetime(2026, 1, 1)  # noqa: DTZ001  # without a timezone on purpose
+
+HEADER: dict[str, Any] = {
+    "type": "header",
+    "format": "cortex-scope-export",
+    "version": 1,
+    "root": "acme/x",
+}
 
 CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("agent id empty", lambda s: s.create_session("")),
@@ -85,7 +100,33 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("resume author NUL", lambda s: s.resume(SID, "i", {}, author="\x00")),
     ("mark reason long", lambda s: s.mark_interrupted(SID, "r" * 1001)),
     ("clear malformed", lambda s: s.clear_interrupted("ses_")),
+    ("erase path malformed", lambda s: s.erase_scope("acme//x")),
+    ("erase path not a path", lambda s: s.erase_scope(7)),  # type: ignore[arg-type]
+    ("erase dry run not a flag", lambda s: s.erase_scope(dry_run="yes")),  # type: ignore[arg-type]
+    ("erasures path malformed", lambda s: s.list_erasures("acme/x/")),
+    ("export path malformed", lambda s: _drain_export(s, "acme/%")),
+    ("import not records", lambda s: s.import_scope("{}")),
+    ("import no header", lambda s: s.import_scope([{"type": "session"}])),
+    ("import empty", lambda s: s.import_scope([])),
+    ("import newer version", lambda s: s.import_scope([{**HEADER, "version": 2}])),
+    ("import into malformed", lambda s: s.import_scope([HEADER], into="acme/x//y")),
 ]
+
+# Outside the bound scope (acme/x): refused before any SQL too.
+OUTSIDE: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
+    ("erase above", lambda s: s.erase_scope("acme")),
+    ("erase beside", lambda s: s.erase_scope("acme/x0")),
+    ("erase dry run beside", lambda s: s.erase_scope("acme/xy", dry_run=True)),
+    ("erasures beside", lambda s: s.list_erasures("acme/y")),
+    ("export other tenant", lambda s: _drain_export(s, "globex/x")),
+    ("import root above", lambda s: s.import_scope([{**HEADER, "root": "acme"}])),
+    ("import into beside", lambda s: s.import_scope([HEADER], into="acme/x-corp")),
+]
+
+
+async def _drain_export(store: Store, path: str) -> None:
+    async for _ in store.export_scope(path):
+        pass
 
 
 def _forged(**changes: Any) -> Session:
@@ -102,6 +143,19 @@ def _filter(**fields: Any) -> ListFilter:
 async def _drain(store: Store, flt: ListFilter) -> None:
     async for _ in store.iter_sessions(flt):
         pass
+
+
+@pytest.mark.parametrize("case", OUTSIDE, ids=[label for label, _ in OUTSIDE])
+async def test_a_scope_outside_is_refused_before_any_sql(
+    case: tuple[str, Callable[[Store], Awaitable[Any]]],
+) -> None:
+    _, call = case
+    engine = make_engine("postgresql://nobody@127.0.0.1:1/none", manual_transactions=True)
+    try:
+        with use_scope("acme/x"), pytest.raises(ScopeViolation):
+            await call(Store(engine))
+    finally:
+        await engine.dispose()
 
 
 @pytest.mark.parametrize("case", CALLS, ids=[label for label, _ in CALLS])
