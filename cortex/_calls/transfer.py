@@ -126,6 +126,10 @@ FIELDS: Final = {
         ("function_response", "jsonb?"),
         ("more_requested_inputs", "jsonb?"),
         ("more_function_responses", "jsonb?"),
+        ("requested_input_json", "json?"),
+        ("function_response_json", "json?"),
+        ("more_requested_inputs_json", "json?"),
+        ("more_function_responses_json", "json?"),
         ("metadata", "jsonb"),
         ("metadata_json", "json?"),
         ("payload_json", "json?"),
@@ -143,6 +147,8 @@ FIELDS: Final = {
         ("raised_at", "time"),
         ("response_schema", "jsonb?"),
         ("payload", "jsonb?"),
+        ("response_schema_json", "json?"),
+        ("payload_json", "json?"),
     ),
     "marker": _fields(
         ("session_id", "ses"),
@@ -152,6 +158,18 @@ FIELDS: Final = {
         ("marked_at", "time"),
     ),
 }
+# The verbatim texts of questions and answers: a record without them has only
+# their jsonb form, as a message written before revision 20261205000020 has.
+_MAY_BE_ABSENT: Final = frozenset(
+    {
+        ("message", "requested_input_json"),
+        ("message", "function_response_json"),
+        ("message", "more_requested_inputs_json"),
+        ("message", "more_function_responses_json"),
+        ("pending_input", "response_schema_json"),
+        ("pending_input", "payload_json"),
+    }
+)
 # The table each record type's rows go to.
 TABLE_OF: Final = {
     "scope_document": "scope_data",
@@ -485,10 +503,12 @@ def _row(
     unknown = record.keys() - {f.name for f in fields} - {"type"}
     if unknown:
         raise InvalidInput(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-    missing = [f.name for f in fields if f.name not in record]
+    missing = [
+        f.name for f in fields if f.name not in record and (kind, f.name) not in _MAY_BE_ABSENT
+    ]
     if missing:
         raise InvalidInput(f"{where}: missing field(s) {', '.join(missing)}")
-    row = {f.column: _value(f, record[f.name], where, root, into) for f in fields}
+    row = {f.column: _value(f, record.get(f.name), where, root, into) for f in fields}
     if kind == "marker" and row["kind"] not in ("aborted", "interrupted"):
         raise InvalidInput(f"{where}: kind must be 'aborted' or 'interrupted'")
     return row

@@ -392,6 +392,12 @@ MESSAGE_EXPORT_COLUMNS: Final = (
     sa.cast(messages.c.function_response, sa.Text()).label("function_response"),
     sa.cast(messages.c.more_requested_inputs, sa.Text()).label("more_requested_inputs"),
     sa.cast(messages.c.more_function_responses, sa.Text()).label("more_function_responses"),
+    sa.cast(messages.c.requested_input_json, sa.Text()).label("requested_input_json"),
+    sa.cast(messages.c.function_response_json, sa.Text()).label("function_response_json"),
+    sa.cast(messages.c.more_requested_inputs_json, sa.Text()).label("more_requested_inputs_json"),
+    sa.cast(messages.c.more_function_responses_json, sa.Text()).label(
+        "more_function_responses_json"
+    ),
     sa.cast(messages.c.metadata, sa.Text()).label("metadata"),
     sa.cast(messages.c.metadata_json, sa.Text()).label("metadata_json"),
     sa.cast(messages.c.payload_json, sa.Text()).label("payload_json"),
@@ -410,6 +416,8 @@ PENDING_EXPORT_COLUMNS: Final = (
     pending_inputs.c.raised_at,
     sa.cast(pending_inputs.c.response_schema, sa.Text()).label("response_schema"),
     sa.cast(pending_inputs.c.payload, sa.Text()).label("payload"),
+    sa.cast(pending_inputs.c.response_schema_json, sa.Text()).label("response_schema_json"),
+    sa.cast(pending_inputs.c.payload_json, sa.Text()).label("payload_json"),
 )
 
 MARKER_EXPORT_COLUMNS: Final = (

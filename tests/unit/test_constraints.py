@@ -38,6 +38,16 @@ OUT_OF_REACH = {
     "ck_cortex_schema_compat_singleton": "written by migrations only",
     "pk_scope_data": "scope documents are merged with ON CONFLICT",
     "ck_scope_data_scope_tenant": "the tenant comes from the session row",
+    "pk_erasures": "a receipt's id is a new UUIDv7",
+    "uq_erasures_running": "an erasure begins with ON CONFLICT DO NOTHING and then joins the running one",
+    "ck_erasures_scope_tenant": "cortex derives tenant_id from the scope it erases",
+    "ck_erasures_state": "the states are cortex's constants",
+    "ck_erasures_finished": "the statement that marks a receipt done sets finished_at with it",
+    "ck_erasures_counts": "the counts only grow, by the rows each batch removed",
+    "pk_retention_policies": "a policy is written with ON CONFLICT on its scope",
+    "ck_retention_policies_scope_tenant": "cortex derives tenant_id from the scope it writes",
+    "ck_retention_policies_delete_idle_after": "RetentionPolicy refuses a non-positive duration",
+    "ck_retention_policies_keep_last_messages": "RetentionPolicy refuses a negative count",
 }
 
 
