@@ -483,8 +483,13 @@ class Session(_Model):
     # host-owned: a JSON object, stored as the JSON text it serialises to and
     # returned decoded from that text, so every value comes back as sent.
     metadata: Metadata = Field(default_factory=dict)
-    # cortex-owned: written only in the transaction that inserts messages.
+    # cortex-owned: the messages the session holds, written in the
+    # transactions that insert or remove them, so it always equals the rows.
     message_count: int = 0
+    # cortex-owned: how many of its oldest messages retention removed
+    # (Store.apply_retention); the kept ones run from seq trimmed_count + 1
+    # to trimmed_count + message_count without a gap. 0 until a trim.
+    trimmed_count: int = 0
     # cortex-owned: preview of the newest message, written with message_count.
     last_message: str = ""
     # cortex/host: at most one per (agent, exact scope); changed only through

@@ -782,8 +782,10 @@ class Store:
     ) -> SessionHistory:
         """The session and its newest ``limit`` messages (1-1000; 0: 100, oldest first), in one read.
 
-        Both come from one snapshot: ``session.message_count`` equals the
-        ``seq`` of the last message returned, even while appends commit.
+        Both come from one snapshot: ``session.trimmed_count +
+        session.message_count`` (``message_count`` alone unless retention
+        trimmed the session) equals the ``seq`` of the last message
+        returned, even while appends commit.
         Unpack it as ``session, messages = await store.get_session_with_messages(id)``.
 
         Raises:

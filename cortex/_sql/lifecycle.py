@@ -369,6 +369,7 @@ SESSION_EXPORT_COLUMNS: Final = (
     sessions.c.session_key,
     sa.cast(sessions.c.data, sa.Text()).label("data"),
     sessions.c.message_count,
+    sessions.c.trimmed_count,
     sessions.c.last_message,
     sessions.c.pending_count,
     sessions.c.is_aborted,

@@ -22,12 +22,12 @@ from cortex._sql.hot import hot_composites
 # INTEGER and give the second.
 _PINNED = {
     False: {
-        (118, "0c7dcbf6b89e86f324f3cd16a28424d494b33269867719175adc284efb215a02"),
-        (118, "36369b2ea4a5fff22a30f31da7b46a672321e75c38231f2a9fc73a8d45adf1f8"),
+        (118, "73a159793f036cde262697917f84b9e5be0b2db3f62a15d90e820d3b56cc3fd1"),
+        (118, "4d49018abb5405433eb1bd9f6ecf31cf1f2fd2ff2cf428b92492fe138b6826ea"),
     },
     True: {
-        (102, "59eac13c438fc86aa1be4adb06e390ea5e6b37f5105bac91687f5e7c5de9d071"),
-        (102, "85d2794c6b36ddce033d2abd9b8f361b324a658006ebf93e1891a2d395c0c9ec"),
+        (102, "2add9b9491ce1748194d9af05867a458d000ecb7be9bedfd6012f4e9e64fa73c"),
+        (102, "7e3196dd35b11d40839f5cb749f32c4c2a6ac916f0450518818685bc99166a97"),
     },
 }
 
