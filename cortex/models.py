@@ -11,7 +11,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache, partial
 from json.encoder import encode_basestring as _json_string
@@ -43,6 +43,7 @@ __all__ = [
     "MAX_APPEND_BYTES",
     "MAX_CONTENT_BYTES",
     "MAX_DATA_BYTES",
+    "MAX_IDLE",
     "MAX_JSON_BYTES",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
@@ -60,6 +61,8 @@ __all__ = [
     "NewMessage",
     "PendingInput",
     "RequestedInput",
+    "RetentionPolicy",
+    "RetentionReport",
     "Session",
     "SessionDetail",
     "SessionState",
@@ -86,6 +89,8 @@ MAX_KEY_LENGTH: Final = 512
 """Characters in a session key (after trimming)."""
 MAX_SCOPE_DATA: Final = 8
 """Scopes one call may write state to (a scope has at most 8 segments)."""
+MAX_IDLE: Final = timedelta(days=36_500)
+"""The longest ``RetentionPolicy.delete_idle_after``: a hundred years."""
 MAX_SEARCH_LENGTH: Final = 200
 """Characters in a ListFilter search term."""
 MAX_LIST_LIMIT: Final = 1_000
@@ -832,3 +837,56 @@ class ImportReport(_Model):
     scope_documents: int = 0
     # Rows already stored exactly as exported (nothing written for them).
     unchanged: int = 0
+
+
+# --- retention -------------------------------------------------------------------------
+
+
+def _idle_period(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"a positive duration, got {value}")
+    if value > MAX_IDLE:
+        raise ValueError(f"at most {MAX_IDLE.days:,} days, got {value}")
+    return value
+
+
+IdlePeriod = Annotated[timedelta, Strict(), AfterValidator(_idle_period)]
+KeepCount = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
+
+
+class RetentionPolicy(_Model):
+    """How long the sessions of a scope (and beneath it) are kept, and how much of each.
+
+    Set with :meth:`cortex.Store.set_retention_policy`; a session follows the
+    nearest policy at or above its own scope, as a whole (a policy beneath
+    another replaces it there, fields it leaves None included).
+    :meth:`cortex.Store.apply_retention` carries the policies out.
+    """
+
+    # Erase a session (with its messages, pending inputs and markers) once it
+    # has had no append and no update for this long. None: never for idleness.
+    delete_idle_after: IdlePeriod | None = None
+    # Keep only a session's newest this many messages (and every message from
+    # its oldest pending question on). None: keep them all.
+    keep_last_messages: KeepCount | None = None
+    # Erase an idle session even while it waits for an answer (paused).
+    include_paused: Flag = False
+
+
+class RetentionReport(_Model):
+    """What :meth:`cortex.Store.apply_retention` removed (or, with ``dry_run``, would remove).
+
+    ``sessions`` erased for being idle, with their ``pending_inputs`` and
+    ``markers``; ``messages`` every message removed: those of the erased
+    sessions and those trimmed from the sessions that stay
+    (``trimmed_sessions`` of them lost ``trimmed_messages``).
+    """
+
+    scope: Scope
+    dry_run: bool = False
+    sessions: int = 0
+    messages: int = 0
+    pending_inputs: int = 0
+    markers: int = 0
+    trimmed_sessions: int = 0
+    trimmed_messages: int = 0
