@@ -34,6 +34,7 @@ PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 RUN_ELSEWHERE = {
     "messages-and-state": "tests/integration/test_readme.py::test_guide_messages_and_state",
     "operators": "tests/integration/test_readme.py::test_guide_operators",
+    "retention": "tests/integration/test_readme.py::test_guide_retention",
     "scope-lifecycle": "tests/integration/test_readme.py::test_guide_scope_lifecycle",
 }
 RUN_HERE = {"scopes"}
