@@ -132,12 +132,12 @@ sessions = sa.Table(
     sa.Column("scope_deltas_digest", BYTEA(), nullable=True),
     # cortex-owned: on a session made by fork_session, the source session's
     # id (same tenant; no foreign key, the lineage outlives the source) and
-    # the last seq copied from it (revision 20261205000020); written once, at
+    # the last seq copied from it (revision 20261205000021); written once, at
     # insert, both or neither. NULL on every other session.
     sa.Column("forked_from_id", UUID(as_uuid=True), nullable=True),
     sa.Column("forked_from_seq", sa.Integer(), nullable=True),
     # cortex-owned: how many of the session's oldest messages retention
-    # removed (revision 20261205000022); the kept ones run from seq
+    # removed (revision 20261205000023); the kept ones run from seq
     # trimmed_count + 1 to trimmed_count + message_count without a gap. Raised
     # only by a retention trim, reset by clear_messages, under the row lock.
     sa.Column("trimmed_count", sa.Integer(), nullable=False, server_default="0"),
@@ -433,7 +433,7 @@ erasures = sa.Table(
     "erasures",
     metadata,
     # cortex-owned, all columns: the receipt of one erase_scope (revision
-    # 20261205000021), written when it begins and updated by each batch in the
+    # 20261205000022), written when it begins and updated by each batch in the
     # batch's transaction, so its counts are what was removed. No content.
     sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
     # UUIDv7 behind the public "era_" TypeID.
@@ -474,7 +474,7 @@ sa.Index("ix_erasures_scope", erasures.c.tenant_id, erasures.c.scope, erasures.c
 retention_policies = sa.Table(
     "retention_policies",
     metadata,
-    # host-owned rules per scope (revision 20261205000021): one row per path.
+    # host-owned rules per scope (revision 20261205000022): one row per path.
     sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
     sa.Column("scope", sa.Text(collation=_C), nullable=False),
     # NULL: sessions are never deleted for being idle.

@@ -1,4 +1,4 @@
-"""Revision 20261205000022: ``sessions.trimmed_count``, and a downgrade that renumbers from 1.
+"""Revision 20261205000023: ``sessions.trimmed_count``, and a downgrade that renumbers from 1.
 
 A release before it numbers an append from ``message_count``, so the
 downgrade gives each trimmed session's messages (and pending inputs) back
@@ -16,8 +16,8 @@ from cortex.errors import SchemaMismatch
 from cortex.migrate import DataLossRefused, downgrade, upgrade
 from tests.migrations.legacy import current, execute, fetch, plain_owner_database
 
-REVISION = "20261205000022"
-BEFORE = "20261205000021"
+REVISION = "20261205000023"
+BEFORE = "20261205000022"
 
 
 def _trimmed_session(url: str) -> str:

@@ -1,4 +1,4 @@
--- Running upgrade 20261205000021 -> 20261205000022
+-- Running upgrade 20261205000022 -> 20261205000023
 
 COMMIT;
 
@@ -10,4 +10,4 @@ ALTER TABLE sessions VALIDATE CONSTRAINT ck_sessions_trimmed_count;
 
 BEGIN;
 
-UPDATE alembic_version SET version_num='20261205000022' WHERE alembic_version.version_num = '20261205000021';
+UPDATE alembic_version SET version_num='20261205000023' WHERE alembic_version.version_num = '20261205000022';

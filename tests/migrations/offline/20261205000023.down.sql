@@ -1,4 +1,4 @@
--- Running downgrade 20261205000022 -> 20261205000021
+-- Running downgrade 20261205000023 -> 20261205000022
 
 COMMIT;
 
@@ -14,4 +14,4 @@ ALTER TABLE sessions DROP COLUMN IF EXISTS trimmed_count;
 
 BEGIN;
 
-UPDATE alembic_version SET version_num='20261205000021' WHERE alembic_version.version_num = '20261205000022';
+UPDATE alembic_version SET version_num='20261205000022' WHERE alembic_version.version_num = '20261205000023';

@@ -1,7 +1,7 @@
 """A session trimmed by retention keeps its positions: ``sessions.trimmed_count``.
 
-Revision ID: 20261205000022
-Revises: 20261205000021
+Revision ID: 20261205000023
+Revises: 20261205000022
 Create Date: 2026-12-05
 
 Why it exists: ``Store.apply_retention`` removes a session's oldest messages
@@ -45,8 +45,8 @@ from alembic import op
 from cortex._revision_helpers import ddl_v1 as ddl
 from cortex.errors import SchemaMismatch
 
-revision: str = "20261205000022"
-down_revision: str | Sequence[str] | None = "20261205000021"
+revision: str = "20261205000023"
+down_revision: str | Sequence[str] | None = "20261205000022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.
