@@ -18,7 +18,9 @@ indexes cost an append: 8 tasks on their own sessions beside the physical
 floor, with the schema as built and without each group) and ``lifecycle``
 (export, erase and import a subtree of ``--n`` messages, default 200,000,
 while probes write beside it: rates, the export's peak RSS, the neighbours'
-latencies and the longest lock wait). The database server
+latencies and the longest lock wait) and ``retention`` (one retention run over a
+subtree of ``--n`` messages, default 100,000: erasing idle sessions and trimming
+long ones, beside a probe's appends). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -40,12 +42,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks import append, listing, memory, migration, resolve
+from benchmarks import append, listing, memory, migration, resolve, retention
 from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle")
+SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle", "retention")
 
 
 @contextmanager
@@ -106,6 +108,9 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import lifecycle
 
         return lifecycle.Params(messages=args.n or (20_000 if quick else 200_000))
+    if scenario == "retention":
+        messages = args.n or (20_000 if quick else 100_000)
+        return retention.Params(messages=messages, sessions=max(1, messages // 100))
     if scenario == "memory":
         sessions = args.n or (100_000 if quick else 1_000_000)
         return memory.Params(sessions=sessions, messages=max(1, sessions // 10))
@@ -153,11 +158,31 @@ async def _run_memory(server: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def _run_retention(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    facts = await server_facts(server)
+    params = _params("retention", args)
+    print(f"\n== retention ({params}) on PostgreSQL {facts['postgres_version']}")
+    started = time.perf_counter()
+    async with bench_database(server, keep=args.keep) as db:
+        report, ok = await retention.run(db, params)
+    return {
+        "scenario": "retention",
+        "params": params.__dict__,
+        **facts,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "report": report,
+        "invariants_ok": ok,
+    }
+
+
 async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict[str, Any]:
     if scenario == "migration":
         return await _run_migration(server, args)
     if scenario == "memory":
         return await _run_memory(server, args)
+    if scenario == "retention":
+        return await _run_retention(server, args)
     facts = await server_facts(server)
     params = _params(scenario, args)
     print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")

@@ -18,7 +18,8 @@ code  meaning
 
 Global options (``--database-url``) are accepted before or after the
 subcommand. The session commands live in :mod:`cortex._cli_sessions`, the scope
-commands (erase, export, import) in :mod:`cortex._cli_scope`.
+commands (erase, export, import) in :mod:`cortex._cli_scope`, ``retention run``
+in :mod:`cortex._cli_retention`.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from cortex._cli_common import (
     emit_json,
     literal,
 )
+from cortex._cli_retention import add_retention_commands
 from cortex._cli_scope import add_scope_commands
 from cortex._cli_sessions import add_session_commands
 from cortex._db import routines as _routines
@@ -655,6 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_session_commands(commands, _Parser, common)
     add_scope_commands(commands, _Parser, common)
+    add_retention_commands(commands, _Parser, common)
 
     demo = commands.add_parser(
         "demo",

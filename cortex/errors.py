@@ -76,8 +76,9 @@ class ScopeViolation(CortexError):
     """A scope outside the bound one: a nested ``use_scope``, or a path a call acts on.
 
     The calls on a whole scope (``erase_scope``, ``list_erasures``,
-    ``export_scope``, ``import_scope``) take a path that must be the current
-    scope or beneath it.
+    ``export_scope``, ``import_scope``, ``set_retention_policy``,
+    ``get_retention_policy``) take a path that must be the current scope or
+    beneath it.
     """
 
 

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache, partial
 from json.encoder import encode_basestring as _json_string
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_APPEND_BYTES",
     "MAX_CONTENT_BYTES",
     "MAX_DATA_BYTES",
+    "MAX_IDLE",
     "MAX_JSON_BYTES",
     "MAX_KEY_LENGTH",
     "MAX_LIST_LIMIT",
@@ -64,6 +65,8 @@ __all__ = [
     "NewMessage",
     "PendingInput",
     "RequestedInput",
+    "RetentionPolicy",
+    "RetentionReport",
     "Session",
     "SessionDetail",
     "SessionState",
@@ -90,6 +93,8 @@ MAX_KEY_LENGTH: Final = 512
 """Characters in a session key (after trimming)."""
 MAX_SCOPE_DATA: Final = 8
 """Scopes one call may write state to (a scope has at most 8 segments)."""
+MAX_IDLE: Final = timedelta(days=36_500)
+"""The longest ``RetentionPolicy.delete_idle_after``: a hundred years."""
 MAX_SEARCH_LENGTH: Final = 200
 """Characters in a ListFilter search term."""
 MAX_METADATA_FILTER_KEYS: Final = 16
@@ -539,8 +544,13 @@ class Session(_Model):
     # host-owned: a JSON object, stored as the JSON text it serialises to and
     # returned decoded from that text, so every value comes back as sent.
     metadata: Metadata = Field(default_factory=dict)
-    # cortex-owned: written only in the transaction that inserts messages.
+    # cortex-owned: the messages the session holds, written in the
+    # transactions that insert or remove them, so it always equals the rows.
     message_count: int = 0
+    # cortex-owned: how many of its oldest messages retention removed
+    # (Store.apply_retention); the kept ones run from seq trimmed_count + 1
+    # to trimmed_count + message_count without a gap. 0 until a trim.
+    trimmed_count: int = 0
     # cortex-owned: preview of the newest message, written with message_count.
     last_message: str = ""
     # cortex/host: at most one per (agent, exact scope); changed only through
@@ -924,3 +934,56 @@ class ImportReport(_Model):
     scope_documents: int = 0
     # Rows already stored exactly as exported (nothing written for them).
     unchanged: int = 0
+
+
+# --- retention -------------------------------------------------------------------------
+
+
+def _idle_period(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"a positive duration, got {value}")
+    if value > MAX_IDLE:
+        raise ValueError(f"at most {MAX_IDLE.days:,} days, got {value}")
+    return value
+
+
+IdlePeriod = Annotated[timedelta, Strict(), AfterValidator(_idle_period)]
+KeepCount = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
+
+
+class RetentionPolicy(_Model):
+    """How long the sessions of a scope (and beneath it) are kept, and how much of each.
+
+    Set with :meth:`cortex.Store.set_retention_policy`; a session follows the
+    nearest policy at or above its own scope, as a whole (a policy beneath
+    another replaces it there, fields it leaves None included).
+    :meth:`cortex.Store.apply_retention` carries the policies out.
+    """
+
+    # Erase a session (with its messages, pending inputs and markers) once it
+    # has had no append and no update for this long. None: never for idleness.
+    delete_idle_after: IdlePeriod | None = None
+    # Keep only a session's newest this many messages (and every message from
+    # its oldest pending question on). None: keep them all.
+    keep_last_messages: KeepCount | None = None
+    # Erase an idle session even while it waits for an answer (paused).
+    include_paused: Flag = False
+
+
+class RetentionReport(_Model):
+    """What :meth:`cortex.Store.apply_retention` removed (or, with ``dry_run``, would remove).
+
+    ``sessions`` erased for being idle, with their ``pending_inputs`` and
+    ``markers``; ``messages`` every message removed: those of the erased
+    sessions and those trimmed from the sessions that stay
+    (``trimmed_sessions`` of them lost ``trimmed_messages``).
+    """
+
+    scope: Scope
+    dry_run: bool = False
+    sessions: int = 0
+    messages: int = 0
+    pending_inputs: int = 0
+    markers: int = 0
+    trimmed_sessions: int = 0
+    trimmed_messages: int = 0

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from cortex._calls import erasure as erasure_calls
 from cortex._calls import messages as message_calls
 from cortex._calls import operator as operator_calls
+from cortex._calls import retention as retention_calls
 from cortex._calls import sessions as session_calls
 from cortex._calls import transfer as transfer_calls
 from cortex._calls.messages import SEQ_END, SessionHistory
@@ -72,6 +73,8 @@ from cortex.models import (
     Metadata,
     NewMessage,
     Reason,
+    RetentionPolicy,
+    RetentionReport,
     ScopeData,
     Seq,
     Session,
@@ -208,6 +211,9 @@ def _parse_session_id(session_id: str, field: str = "session_id") -> uuid.UUID:
 # Model arguments must be instances (a dict is a wrong type); each is validated
 # again all the same (see cortex.models._Model, revalidate_instances).
 Filter = Annotated[ListFilter | None, BeforeValidator(instance_of(ListFilter, none=True))]
+APolicy = Annotated[
+    RetentionPolicy | None, BeforeValidator(instance_of(RetentionPolicy, none=True))
+]
 AMessage = Annotated[NewMessage, BeforeValidator(instance_of(NewMessage))]
 ASession = Annotated[Session, BeforeValidator(instance_of(Session))]
 Messages = Annotated[Sequence[AMessage], Field(min_length=1, max_length=MAX_APPEND_BATCH)]
@@ -850,8 +856,10 @@ class Store:
     ) -> SessionHistory:
         """The session and its newest ``limit`` messages (1-1000; 0: 100, oldest first), in one read.
 
-        Both come from one snapshot: ``session.message_count`` equals the
-        ``seq`` of the last message returned, even while appends commit.
+        Both come from one snapshot: ``session.trimmed_count +
+        session.message_count`` (``message_count`` alone unless retention
+        trimmed the session) equals the ``seq`` of the last message
+        returned, even while appends commit.
         Unpack it as ``session, messages = await store.get_session_with_messages(id)``.
 
         Raises:
@@ -1045,6 +1053,169 @@ class Store:
             return await importer.finish()
 
         return await self._run(bound, body)
+
+    # --- retention --------------------------------------------------------------
+
+    @boundary
+    async def set_retention_policy(self, policy: APolicy, path: str | Scope | None = None) -> None:
+        """Set the retention policy of ``path`` (default: the current scope); None removes it.
+
+        It governs every session at ``path`` and beneath it that no nearer
+        policy governs: a session follows the nearest policy at or above its
+        own scope, as a whole. ``RetentionPolicy()`` (every field None) keeps
+        everything beneath ``path`` whatever a policy above says. Nothing is
+        removed until :meth:`apply_retention` runs.
+
+        Raises:
+            ScopeViolation: ``path`` is not the current scope or beneath it.
+            InvalidInput: ``policy`` or ``path`` is malformed (nothing is written).
+        """
+        bound = current_scope()
+        target = _within(bound, path)
+        await self._run(bound, lambda conn: retention_calls.set_policy(conn, target, policy))
+
+    @boundary
+    async def get_retention_policy(self, path: str | Scope | None = None) -> RetentionPolicy | None:
+        """The policy in force at ``path`` (default: the current scope): the nearest at or above it.
+
+        None: no policy governs it (its sessions are kept).
+
+        Raises:
+            ScopeViolation: ``path`` is not the current scope or beneath it.
+        """
+        bound = current_scope()
+        target = _within(bound, path)
+        return await self._run(bound, lambda conn: retention_calls.get_policy(conn, target))
+
+    @boundary
+    async def apply_retention(
+        self,
+        *,
+        dry_run: Flag = False,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> RetentionReport:
+        """Carry out the retention policies over the current scope's sessions and those beneath it.
+
+        Each session follows the nearest policy at or above its own scope
+        (:meth:`set_retention_policy`); one no policy governs is kept.
+
+        - **Idle**: a session with no append and no update for longer than
+          its policy's ``delete_idle_after`` (``updated_at`` older than the
+          run's start, by the database's clock, less that period) is erased
+          as :meth:`erase_scope` erases: with its messages, pending inputs
+          and markers. One waiting for an answer (paused) is kept unless
+          its policy has ``include_paused``.
+        - **Long**: a session holding more than ``keep_last_messages`` loses
+          its oldest messages, down to that many; never a pending question,
+          nor anything after it (the kept messages stay one unbroken run).
+          The kept ones keep their ``seq`` (cursors stay valid);
+          ``message_count`` counts them, ``trimmed_count`` the ones gone;
+          ``updated_at`` and ``last_message`` stay.
+
+        Online: candidates are read in pages, and removed in batches of
+        their own short transactions (at most 500 sessions holding 10,000
+        messages), each checking its sessions again under their row locks:
+        a session appended to meanwhile is not erased, a trim waits for an
+        append in flight, and two runs at once never remove a row twice (the
+        reports add up to what one run would remove). Idempotent: a second
+        run removes nothing more. With ``dry_run`` nothing is written and
+        the report counts what a run would remove now.
+        ``on_progress(examined, total)`` is told, after each page, how many
+        of the run's candidates it has looked at.
+
+        Raises:
+            DatabaseError: the database failed; the batches before it committed.
+        """
+        bound = current_scope()
+        policies = await self._run(bound, lambda conn: retention_calls.load_policies(conn, bound))
+        started = await self._run(bound, retention_calls.clock)
+        plan = retention_calls.Plan.of(policies, started)
+        total = retention_calls.Removed()
+        if not plan.empty:
+            await self._retain(bound, policies, plan, total, dry_run, on_progress)
+        return RetentionReport(
+            scope=bound,
+            dry_run=dry_run,
+            sessions=total.sessions,
+            messages=total.messages,
+            pending_inputs=total.pending_inputs,
+            markers=total.markers,
+            trimmed_sessions=total.trimmed_sessions,
+            trimmed_messages=total.trimmed_messages,
+        )
+
+    async def _retain(
+        self,
+        bound: Scope,
+        policies: retention_calls.Policies,
+        plan: retention_calls.Plan,
+        total: retention_calls.Removed,
+        dry_run: bool,
+        on_progress: Callable[[int, int], None] | None,
+    ) -> None:
+        """:meth:`apply_retention`'s walk: each page of candidates, then its batches."""
+        calls = retention_calls
+        expected = 0
+        if on_progress is not None:
+            expected = await self._run(
+                bound, lambda conn: calls.count_candidates(conn, bound, plan)
+            )
+        examined = 0
+        after: tuple[datetime, uuid.UUID] | None = None
+        while True:
+            page = await self._run(
+                bound, partial(calls.candidates, target=bound, plan=plan, after=after)
+            )
+            erase: dict[str, list[calls.Candidate]] = {}
+            trim: dict[str, list[uuid.UUID]] = {}
+            for candidate in page:
+                governing = policies.governing(candidate.scope)
+                if governing is None:
+                    continue
+                path, policy = governing
+                idle = policy.delete_idle_after
+                if (
+                    idle is not None
+                    and candidate.updated_at < plan.started - idle
+                    and (policy.include_paused or not candidate.paused)
+                ):
+                    erase.setdefault(path, []).append(candidate)
+                elif (
+                    policy.keep_last_messages is not None
+                    and candidate.message_count > policy.keep_last_messages
+                ):
+                    trim.setdefault(path, []).append(candidate.id)
+            for path, sessions in erase.items():
+                for group in calls.erase_groups(sessions):
+                    erased = partial(
+                        calls.erase_batch,
+                        target=bound,
+                        ids=[s.id for s in group],
+                        policy=policies.by_path[path],
+                        started=plan.started,
+                        dry_run=dry_run,
+                    )
+                    total.add(await self._run(bound, erased))
+            for path, ids in trim.items():
+                todo = ids
+                while todo:
+                    chunk, todo = todo[: calls.BATCH_SESSIONS], todo[calls.BATCH_SESSIONS :]
+                    trimmed = partial(
+                        calls.trim_batch,
+                        target=bound,
+                        ids=chunk,
+                        policy=policies.by_path[path],
+                        dry_run=dry_run,
+                    )
+                    removed = await self._run(bound, trimmed)
+                    total.add(removed)
+                    todo = removed.unfinished + todo
+            examined += len(page)
+            if on_progress is not None:
+                on_progress(examined, max(expected, examined))
+            if len(page) < calls.PAGE_SESSIONS:
+                return
+            after = (page[-1].updated_at, page[-1].id)
 
     # --- operator surface -------------------------------------------------------
 

@@ -228,7 +228,7 @@ async def _append_routed(
     bumped = (await conn.execute(stmt, {**bump, **extra})).first()
     if bumped is None:
         return []
-    first = bumped["message_count"] - n + 1
+    first = bumped[sql.LAST_SEQ_COLUMN] - n + 1
     rows: list[Row] = []
     # A larger batch goes in chunks of ROUTED_BATCH rows, each a router
     # INSERT ... VALUES, still under the row lock the UPDATE holds.
@@ -582,7 +582,8 @@ async def pop_message(
 
     The session's row lock is taken first, so concurrent pops (and appends)
     queue: each pop removes a different message, ``message_count`` falls by
-    one with the row, and ``seq`` stays gap-free (only the last is removed).
+    one with the row, and ``seq`` stays gap-free (only the last is removed:
+    the one at ``trimmed_count + message_count``).
 
     Raises:
         NotFound: when the session is not visible.
@@ -590,11 +591,8 @@ async def pop_message(
     session = await select_session(conn, scope, session_id, for_update=True)
     if session.message_count == 0:
         return None
-    params = {
-        **scope_params(scope),
-        TARGET_ID: session_id,
-        LAST_SEQ: session.message_count,
-    }
+    last = session.trimmed_count + session.message_count
+    params = {**scope_params(scope), TARGET_ID: session_id, LAST_SEQ: last}
     delete, recount = sql.pop_statements(depth_class(scope))
     row = (
         await conn.execute(
@@ -603,7 +601,7 @@ async def pop_message(
         )
     ).first()
     if row is None:  # count and rows always agree; refuse to guess if they do not
-        raise Conflict(f"session {session.id} has no message at seq {session.message_count}")
+        raise Conflict(f"session {session.id} has no message at seq {last}")
     await conn.execute(recount, params)
     popped = row_to_message(row)
     if popped.requested_inputs or popped.function_responses:

@@ -62,6 +62,7 @@ def row_to_session(row: Row, data: dict[str, Any] | None = None) -> Session:
             "title": row["title"],
             "metadata": decode_json(row["metadata"]),
             "message_count": row["message_count"],
+            "trimmed_count": row["trimmed_count"],
             "last_message": row["last_message"],
             "is_default": row["is_default"],
             "backfilled_by": row["backfilled_by"],

@@ -104,6 +104,7 @@ FIELDS: Final = {
         ("session_key", "text?"),
         ("data", "jsonb?"),
         ("message_count", "int"),
+        ("trimmed_count", "int"),
         ("last_message", "text"),
         ("pending_count", "int"),
         ("is_aborted", "bool"),
@@ -542,6 +543,8 @@ class _Open:
     where: str
     message_count: int
     pending_count: int
+    # The first kept position: trimmed_count + 1 (retention removed those before it).
+    first_seq: int = 1
     next_seq: int = 1
     pending: int = 0
     last_pending: tuple[int, str] | None = None
@@ -594,7 +597,10 @@ class Importer:
         if kind == "session":
             self._close()
             _with_scope_columns(row)
-            self.current = _Open(row["id"], where, row["message_count"], row["pending_count"])
+            first = row["trimmed_count"] + 1
+            self.current = _Open(
+                row["id"], where, row["message_count"], row["pending_count"], first, first
+            )
         elif kind in ("message", "pending_input"):
             self._belongs(row, where, kind)
         else:
@@ -621,7 +627,7 @@ class Importer:
         key = (row["raised_seq"], row["interrupt_id"])
         if current.last_pending is not None and key <= current.last_pending:
             raise InvalidInput(f"{where}: pending inputs come in (raised_seq, interrupt_id) order")
-        if not 1 <= row["raised_seq"] < current.next_seq:
+        if not current.first_seq <= row["raised_seq"] < current.next_seq:
             raise InvalidInput(f"{where}: raised_seq {row['raised_seq']} names no message")
         current.last_pending = key
         current.pending += 1
@@ -631,10 +637,10 @@ class Importer:
         current, self.current = self.current, None
         if current is None:
             return
-        if current.next_seq - 1 != current.message_count:
+        if current.next_seq - current.first_seq != current.message_count:
             raise InvalidInput(
                 f"{current.where}: message_count {current.message_count}, but"
-                f" {current.next_seq - 1} messages follow"
+                f" {current.next_seq - current.first_seq} messages follow"
             )
         if current.pending != current.pending_count:
             raise InvalidInput(

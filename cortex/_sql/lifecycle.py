@@ -54,9 +54,11 @@ __all__ = [
     "clock_statement",
     "count_statement",
     "erase_batch_statement",
+    "erase_ctes",
     "erase_parked_markers_statement",
     "erase_scope_documents_statement",
     "erase_unsessioned_statement",
+    "erased_rows",
     "erasure_columns",
     "erasure_statement",
     "erasures_statement",
@@ -187,6 +189,42 @@ def _count(cte: sa.CTE) -> sa.ScalarSelect[int]:
     return sa.select(sa.func.count()).select_from(cte).scalar_subquery()
 
 
+def erased_rows(depth: int) -> dict[str, tuple[sa.Table, tuple[sa.ColumnElement[bool], ...]]]:
+    """What removing the sessions ``batch_ids`` removes, table by table: each table's WHERE.
+
+    The batch's messages, questions and markers, and the sessions; shared by
+    an erasure's batches and a retention run's (cortex._sql.retention), so
+    both remove exactly the same rows.
+    """
+    return {
+        "messages": (messages, (_tenant(messages), messages.c.session_id == sa.any_(_batch()))),
+        "pending_inputs": (
+            pending_inputs,
+            (_tenant(pending_inputs), pending_inputs.c.session_id == sa.any_(_batch())),
+        ),
+        # A marker another scope parked for the same id is that scope's.
+        "markers": (
+            session_markers,
+            (
+                session_markers.c.session_id == sa.any_(_batch()),
+                path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
+            ),
+        ),
+        "sessions": (sessions, (_tenant(sessions), sessions.c.id == sa.any_(_batch()))),
+    }
+
+
+def erase_ctes(depth: int) -> dict[str, sa.CTE]:
+    """One DELETE ... RETURNING CTE per table of :func:`erased_rows`, named by what it counts."""
+    return {
+        name: _deleted(table, *where, name=_CTE_NAMES[name])
+        for name, (table, where) in erased_rows(depth).items()
+    }
+
+
+_CTE_NAMES: Final = {"messages": "m", "pending_inputs": "p", "markers": "k", "sessions": "s"}
+
+
 @cache
 def erase_batch_statement(depth: int) -> sa.Update:
     """One batch: the locked sessions with their messages, questions and markers; the receipt counts them.
@@ -195,27 +233,7 @@ def erase_batch_statement(depth: int) -> sa.Update:
     rows are deleted by their own CTE (not the sessions' ON DELETE CASCADE)
     so that each is counted; the cascade then finds nothing left.
     """
-    in_batch_msgs = messages.c.session_id == sa.any_(_batch())
-    deleted = {
-        "messages": _deleted(messages, _tenant(messages), in_batch_msgs, name="m"),
-        "pending_inputs": _deleted(
-            pending_inputs,
-            _tenant(pending_inputs),
-            pending_inputs.c.session_id == sa.any_(_batch()),
-            name="p",
-        ),
-        # A marker another scope parked for the same id is that scope's.
-        "markers": _deleted(
-            session_markers,
-            session_markers.c.session_id == sa.any_(_batch()),
-            path_clause(session_markers.c.tenant_id, session_markers.c.scope, depth),
-            name="k",
-        ),
-        "sessions": _deleted(
-            sessions, _tenant(sessions), sessions.c.id == sa.any_(_batch()), name="s"
-        ),
-    }
-    return _add_to_receipt(deleted)
+    return _add_to_receipt(erase_ctes(depth))
 
 
 def _add_to_receipt(deleted: dict[str, sa.CTE]) -> sa.Update:
@@ -369,6 +387,7 @@ SESSION_EXPORT_COLUMNS: Final = (
     sessions.c.session_key,
     sa.cast(sessions.c.data, sa.Text()).label("data"),
     sessions.c.message_count,
+    sessions.c.trimmed_count,
     sessions.c.last_message,
     sessions.c.pending_count,
     sessions.c.is_aborted,

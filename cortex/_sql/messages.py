@@ -75,6 +75,7 @@ from cortex.models import PREVIEW_LENGTH
 
 __all__ = [
     "HISTORY_PREFIX",
+    "LAST_SEQ_COLUMN",
     "MESSAGE_COLUMNS",
     "METADATA_TEXT",
     "ROUTED_BATCH",
@@ -115,6 +116,10 @@ def _verbatim(column: str) -> sa.Label[Any]:
     ).label(column)
 
 
+# The label of the position of a session's last message in the counter
+# UPDATE's RETURNING (trimmed_count + message_count).
+LAST_SEQ_COLUMN: Final = "last_seq"
+
 MESSAGE_COLUMNS: Final = (
     messages.c.id,
     messages.c.session_id,
@@ -137,7 +142,7 @@ class Composite:
     """Two statements as one routine: ``first`` (an UPDATE ... RETURNING one row), then ``then``.
 
     ``fed`` names binds of ``then`` that take a column ``first`` returned
-    (``{"m_seq_0": "message_count"}``); the routine's rows are ``then``'s, or
+    (``{"m_seq_0": "last_seq"}``); the routine's rows are ``then``'s, or
     none when ``first`` matched no row. cortex._db.executor.compile_composite
     gives its parameters and its routine's key.
     """
@@ -151,8 +156,9 @@ class Composite:
 def bump_statement(depth: int, with_data: bool = False, expected: bool = False) -> sa.Update:
     """Raise a visible session's counter by ``batch_size`` and move its preview, under its row lock.
 
-    Returns the new ``message_count`` (which numbers the batch) and
-    ``updated_at`` (the messages' ``created_at``). ``with_data``: the same
+    Returns the new ``last_seq`` (``trimmed_count + message_count``, which
+    numbers the batch: a trimmed session's positions go on after its kept
+    messages) and ``updated_at`` (the messages' ``created_at``). ``with_data``: the same
     UPDATE merges the session's state delta (``data_delta``) into its
     document, so the state changes in the statement that appends the
     messages carrying it. ``expected``: it matches only while
@@ -184,7 +190,10 @@ def bump_statement(depth: int, with_data: bool = False, expected: bool = False) 
         .where(*where)
         .values(**values)
         .returning(
-            sessions.c.tenant_id, sessions.c.id, sessions.c.message_count, sessions.c.updated_at
+            sessions.c.tenant_id,
+            sessions.c.id,
+            (sessions.c.trimmed_count + sessions.c.message_count).label(LAST_SEQ_COLUMN),
+            sessions.c.updated_at,
         )
     )
 
@@ -258,14 +267,14 @@ def insert_rows_statement(count: int) -> sa.Insert:
 def routed_append(depth: int, with_data: bool = False, expected: bool = False) -> Composite:
     """One message appended on Citus as one routine: the counter UPDATE, then the row.
 
-    The row's ``seq`` is the new ``message_count`` and its ``created_at`` the
+    The row's ``seq`` is the new ``last_seq`` and its ``created_at`` the
     session's new ``updated_at``, both taken inside the routine, under the
     row lock the UPDATE holds until the call's implicit COMMIT.
     """
     return Composite(
         bump_statement(depth, with_data, expected),
         insert_rows_statement(1),
-        ((row_name(M_SEQ, 0), "message_count"), (M_CREATED_AT, "updated_at")),
+        ((row_name(M_SEQ, 0), LAST_SEQ_COLUMN), (M_CREATED_AT, "updated_at")),
     )
 
 
@@ -277,7 +286,7 @@ def append_statement(
 
     The UPDATE runs first (a data-modifying CTE) and takes the session's row
     lock; concurrent appends to the same session queue on it. The new
-    ``message_count`` it returns numbers the batch, so ``seq`` is gap-free and
+    ``last_seq`` it returns numbers the batch, so ``seq`` is gap-free and
     the count equals the rows in every committed state. One round trip: the
     lock is held for one statement plus COMMIT, not across client round trips
     (docs/append-cost.md). If the session is not visible the UPDATE matches
@@ -334,7 +343,7 @@ def append_statement(
         touched.c.tenant_id,
         rows.c.id,
         touched.c.id,
-        touched.c.message_count - n + rows.c.ord,
+        touched.c[LAST_SEQ_COLUMN] - n + rows.c.ord,
         rows.c.role,
         rows.c.content,
         rows.c.author,
@@ -355,7 +364,7 @@ def append_statement(
 
 
 def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
-    """The one message of a ``single`` append, numbered by the counter the UPDATE raised.
+    """The one message of a ``single`` append, numbered by the position the UPDATE returned.
 
     Its bind names are those of row 0 of :func:`insert_rows_statement`, so
     the same values serve both.
@@ -364,7 +373,7 @@ def _one_message_source(touched: sa.CTE) -> sa.Select[Any]:
         touched.c.tenant_id,
         uuid_param(row_name(M_ID, 0)),
         touched.c.id,
-        touched.c.message_count,
+        touched.c[LAST_SEQ_COLUMN],
         text_param(row_name(M_ROLE, 0)),
         text_param(row_name(M_CONTENT, 0)),
         text_param(row_name(M_AUTHOR, 0)),
@@ -529,22 +538,25 @@ def _since_boundary(depth: int) -> sa.ScalarSelect[Any]:
     """The last ``seq`` created at or before ``:since`` (0 for none): a binary search.
 
     created_at never decreases along seq (it is the session's updated_at,
-    moved with greatest() under the row lock), and seq runs 1 to
-    message_count without a gap, so the boundary is found with about
-    log2(message_count) lookups of ``uq_messages_session_seq``, each one
-    index probe: 21 for a million messages, where a filter on created_at
-    walked every message from the first. The invariant: ``lo`` is created at
-    or before ``:since`` (0 stands before the first), ``hi`` after it
-    (message_count + 1 stands after the last); the search ends when they meet.
+    moved with greatest() under the row lock), and seq runs from
+    trimmed_count + 1 to trimmed_count + message_count without a gap, so
+    the boundary is found with about log2(message_count) lookups of
+    ``uq_messages_session_seq``, each one index probe: 21 for a million
+    messages, where a filter on created_at walked every message from the
+    first. The invariant: ``lo`` is created at or before ``:since``
+    (trimmed_count stands before the first), ``hi`` after it
+    (trimmed_count + message_count + 1 stands after the last); the search
+    ends when they meet.
     """
     since = sa.bindparam(SINCE, type_=sa.DateTime(timezone=True))
     two: sa.ColumnClause[Any] = sa.literal_column("2")
-    count = sessions.c.message_count
+    first = sessions.c.trimmed_count
+    end = sessions.c.trimmed_count + sessions.c.message_count + sa.literal_column("1")
     start = (
         sa.select(
-            sa.literal_column("0").label("lo"),
-            (count + sa.literal_column("1")).label("hi"),
-            ((count + sa.literal_column("1")).self_group().op("/")(two)).label("mid"),
+            first.label("lo"),
+            end.label("hi"),
+            ((first + end).self_group().op("/")(two)).label("mid"),
         )
         .where(visible(depth), sessions.c.id == target_id_param())
         .cte("since_search", recursive=True)
@@ -628,7 +640,7 @@ def _own_messages() -> sa.ColumnElement[bool]:
 
 @cache
 def pop_statements(depth: int) -> tuple[Any, sa.Update]:
-    """Delete the message at ``seq = count``; recount and re-preview the session."""
+    """Delete the message at ``seq = last_seq``; recount and re-preview the session."""
     delete = (
         sa.delete(messages)
         .where(_own_messages(), messages.c.seq == int_param(LAST_SEQ))
@@ -663,6 +675,8 @@ def clear_statements(depth: int) -> tuple[sa.Delete, sa.Delete, sa.Update]:
         .where(visible(depth), sessions.c.id == target_id_param())
         .values(
             message_count=0,
+            # Positions start again at 1, as in a new session.
+            trimmed_count=0,
             last_message="",
             pending_count=0,
             updated_at=sa.func.greatest(sessions.c.updated_at, sa.func.statement_timestamp()),

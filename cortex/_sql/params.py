@@ -20,6 +20,7 @@ __all__ = [
     "AFTER_SESSION_ID",
     "AFTER_UPDATED_AT",
     "AGENT_ID",
+    "ANCESTORS",
     "A_IDS",
     "A_SEQS",
     "BATCH_IDS",
@@ -38,6 +39,8 @@ __all__ = [
     "D_SCOPES",
     "ERASURE_ID",
     "EXPECTED_COUNT",
+    "FIRST_SEQS",
+    "IDLE_BEFORE",
     "INTERRUPT_ID",
     "K_AUTHORS",
     "K_CONTENT_HASHES",
@@ -55,6 +58,7 @@ __all__ = [
     "MARKER_SCOPE",
     "METADATA_KEY",
     "METADATA_VALUE",
+    "MIN_KEEP",
     "M_AUTHOR",
     "M_AUTHORS",
     "M_CONTENT",
@@ -105,6 +109,9 @@ __all__ = [
     "Q_SEQ",
     "Q_SEQS",
     "REASON",
+    "R_DELETE_IDLE_AFTER",
+    "R_INCLUDE_PAUSED",
+    "R_KEEP_LAST_MESSAGES",
     "SCOPE",
     "SCOPE_HI",
     "SCOPE_LO",
@@ -288,6 +295,21 @@ BATCH_IDS: Final = "batch_ids"
 AFTER_SCOPE: Final = "after_scope"
 AFTER_SESSION_ID: Final = "after_session_id"
 AFTER_KIND: Final = "after_kind"
+
+
+# --- retention policies and runs (cortex._sql.retention) -------------------------------------
+
+# The paths of the scopes above the one a call acts on, outermost first.
+ANCESTORS: Final = "ancestors"
+R_DELETE_IDLE_AFTER: Final = "r_delete_idle_after"
+R_KEEP_LAST_MESSAGES: Final = "r_keep_last_messages"
+R_INCLUDE_PAUSED: Final = "r_include_paused"
+# A run's candidates: idle since before this, or holding more than that many messages.
+IDLE_BEFORE: Final = "idle_before"
+MIN_KEEP: Final = "min_keep"
+# A batch acts under one policy (the R_ names, with CUTOFF for an erase);
+# a trim binds the first position each of its sessions keeps, beside BATCH_IDS.
+FIRST_SEQS: Final = "first_seqs"
 
 
 def row_name(name: str, i: int) -> str:

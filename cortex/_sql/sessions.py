@@ -123,6 +123,7 @@ SESSION_COLUMNS: Final = (
     sessions.c.title,
     METADATA_TEXT.label("metadata"),
     sessions.c.message_count,
+    sessions.c.trimmed_count,
     sessions.c.last_message,
     sessions.c.is_default,
     sessions.c.backfilled_by,

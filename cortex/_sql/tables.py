@@ -153,10 +153,16 @@ sessions = sa.Table(
     # insert, both or neither. NULL on every other session.
     sa.Column("forked_from_id", UUID(as_uuid=True), nullable=True),
     sa.Column("forked_from_seq", sa.Integer(), nullable=True),
+    # cortex-owned: how many of the session's oldest messages retention
+    # removed (revision 20261205000023); the kept ones run from seq
+    # trimmed_count + 1 to trimmed_count + message_count without a gap. Raised
+    # only by a retention trim, reset by clear_messages, under the row lock.
+    sa.Column("trimmed_count", sa.Integer(), nullable=False, server_default="0"),
     sa.PrimaryKeyConstraint("tenant_id", "id", name=conv(PK_SESSIONS)),
     sa.CheckConstraint("scope_depth BETWEEN 1 AND 8", name="scope_depth"),
     sa.CheckConstraint("pending_count >= 0", name="pending_count"),
     sa.CheckConstraint("message_count >= 0", name="message_count"),
+    sa.CheckConstraint("trimmed_count >= 0", name="trimmed_count"),
     # The tenant is the scope's first segment, always; RLS and the keys rely on it.
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
     # A backstop for writers that bypass cortex: the stored size, which a

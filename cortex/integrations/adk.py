@@ -493,7 +493,7 @@ class CortexSessionService(BaseSessionService):
                     expected = (
                         await _revision_of(store, sid, session) if marked is None else marked[1]
                     )
-                    (stored,) = await store.append_messages(
+                    await store.append_messages(
                         sid,
                         [message],
                         data={**own, _UPDATED: event.timestamp},
@@ -510,7 +510,9 @@ class CortexSessionService(BaseSessionService):
             else:  # pragma: no cover - the loop breaks or raises
                 raise SessionMissing(f"Session {session.id} not found.")
         session.last_update_time = event.timestamp
-        session._storage_update_marker = _marker(sid, stored.seq)
+        # The append matched ``expected`` messages under the row lock and added
+        # one (the new seq is further on when retention trimmed the session).
+        session._storage_update_marker = _marker(sid, expected + 1)
         return await super().append_event(session, event)
 
     # --- helpers ------------------------------------------------------------------

@@ -117,6 +117,18 @@ def test_memory_walks_every_session_and_message_in_a_child_process(
     assert not out.with_suffix(".png").exists()  # a table, no chart
 
 
+def test_retention_runs_once_over_its_subtree(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "retention.json"
+    assert main(["retention", "--n", "2000", "--dsn", server_url, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "retention"
+    assert report["invariants_ok"] is True
+    steps = {r["step"]: r for r in report["report"]}
+    assert steps["dry run"]["messages_removed"] == steps["run"]["messages_removed"] == 1700
+    assert steps["second run"]["messages_removed"] == 0
+    assert steps["appends during the run"]["count"] >= 1
+
+
 def test_cpu_splits_each_call_into_client_and_server_time(server_url: str, tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
     assert main(["cpu", "--quick", "--n", "40", "--dsn", server_url, "--json", str(out)]) == 0

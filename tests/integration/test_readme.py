@@ -269,6 +269,16 @@ def test_guide_scope_lifecycle(migrated: dict[str, str], tmp_path: Path) -> None
     ]
 
 
+def test_guide_retention(migrated: dict[str, str], tmp_path: Path) -> None:
+    code = docs_block("guides/scope-lifecycle.md", "retention")
+    assert _run_python(code, tmp_path, "retention", migrated["app"]) == [
+        "4 90",
+        "6 6 0",
+        "[7, 8, 9, 10] 4 6",
+        "11",
+    ]
+
+
 def test_guide_operators(migrated: dict[str, str], tmp_path: Path) -> None:
     code = docs_block("guides/operators.md", "operators")
     assert _run_python(code, tmp_path, "operators", migrated["app"]) == [

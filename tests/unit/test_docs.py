@@ -35,6 +35,7 @@ RUN_ELSEWHERE = {
     "messages-and-state": "tests/integration/test_readme.py::test_guide_messages_and_state",
     "operators": "tests/integration/test_readme.py::test_guide_operators",
     "fork-and-rewind": "tests/integration/test_readme.py::test_guide_fork_and_rewind",
+    "retention": "tests/integration/test_readme.py::test_guide_retention",
     "scope-lifecycle": "tests/integration/test_readme.py::test_guide_scope_lifecycle",
 }
 RUN_HERE = {"scopes"}

@@ -22,12 +22,12 @@ from cortex._sql.hot import hot_composites
 # INTEGER and give the second.
 _PINNED = {
     False: {
-        (118, "e55de35724bdbbf21249571d2f7654a8737297cca5f36bbebc37ff5885bd93a5"),
-        (118, "39dc5285abd5e066519a7d6acfbc000c49e95662dbaaeb4063b75d754d22a083"),
+        (118, "ae72ddf0d4030e43e194979f52b25673d9d6dd584401d63d3b0302acc530195c"),
+        (118, "8eecc7582c99acedb340ef2df72e1f05422e9fb2cd29782946389c84d880af7a"),
     },
     True: {
-        (102, "05868d93f223c87e0dc7ed9c2e809e9fa89c41d841a9929c12c4d9b552a0cd12"),
-        (102, "def64ce5cf9260206b7a7b9a511bf20762aa94911e65a63b295087c989fc4e39"),
+        (102, "f054c3a9866e062b498b3c791fee91bb6a5236ef5b5b1796f750194e3651a58d"),
+        (102, "13b5d6fd66b4f72ede26797ff57d9e661919cfa84f30a5c026709d29c9c0a792"),
     },
 }
 
