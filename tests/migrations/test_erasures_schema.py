@@ -114,7 +114,7 @@ def test_a_receipt_s_tenant_is_its_scope_s_first_segment(blank_db: str) -> None:
 def test_the_downgrade_counts_receipts_and_policies_and_drops_them(
     blank_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    upgrade(blank_db)
+    upgrade(blank_db, REVISION)
     execute(
         blank_db,
         f"INSERT INTO erasures (tenant_id, id, scope) VALUES ('acme', '{uuid.uuid4()}', 'acme')",
@@ -132,5 +132,5 @@ def test_the_downgrade_counts_receipts_and_policies_and_drops_them(
         blank_db, "SELECT to_regclass('erasures') AS e, to_regclass('retention_policies') AS r"
     )
     assert (gone[0]["e"], gone[0]["r"]) == (None, None)
-    upgrade(blank_db)
+    upgrade(blank_db, REVISION)
     assert current(blank_db) == [REVISION]
