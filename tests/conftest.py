@@ -253,6 +253,14 @@ def database(server_url: str) -> Iterator[Database]:
     drop_database(server_url, db)
 
 
+@pytest.fixture(scope="module")
+def module_database(server_url: str) -> Iterator[Database]:
+    """A migrated database of one module's own, for tests whose plans depend on every row's statistics."""
+    db = create_database(server_url)
+    yield db
+    drop_database(server_url, db)
+
+
 @pytest.fixture
 def blank_db(server_url: str) -> Iterator[str]:
     """An empty database (no revision applied); yields its owner URL."""

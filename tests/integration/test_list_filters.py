@@ -29,7 +29,14 @@ from cortex._sql.sessions import count_statement, page_statement
 from cortex.models import MAX_METADATA_FILTER_KEYS
 from cortex.scope import Scope
 from tests import plans
-from tests.conftest import CITUS_URL
+from tests.conftest import CITUS_URL, Database
+
+
+@pytest.fixture(scope="module")
+def database(module_database: Database) -> Database:
+    # The planner's choices here follow the statistics of every session in the database.
+    return module_database
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.citus]
 

@@ -26,6 +26,13 @@ from cortex.scope import Scope
 from tests import plans
 from tests.conftest import Database
 
+
+@pytest.fixture(scope="module")
+def database(module_database: Database) -> Database:
+    # The planner's choices here follow the statistics of every session in the database.
+    return module_database
+
+
 pytestmark = pytest.mark.citus
 
 _SEED = """
