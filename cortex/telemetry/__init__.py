@@ -13,7 +13,7 @@ Needs the ``telemetry`` extra (``pip install 'cortex-sessions[telemetry]'``);
 docs/telemetry.md lists every span attribute and metric, and what each costs.
 """
 
-from cortex.telemetry._http import TelemetryMiddleware, metrics_app
+from cortex.telemetry._http import UNMATCHED, TelemetryMiddleware, metrics_app
 from cortex.telemetry._store import instrument, uninstrument
 
-__all__ = ["TelemetryMiddleware", "instrument", "metrics_app", "uninstrument"]
+__all__ = ["UNMATCHED", "TelemetryMiddleware", "instrument", "metrics_app", "uninstrument"]

@@ -217,16 +217,31 @@ class TelemetryMiddleware:
         access_log.info(json.dumps(line, separators=(",", ":")))
 
 
+class _MetricsApp:
+    """prometheus_client's exposition app as an object, so a router mounts it as an ASGI app.
+
+    Starlette calls a plain function given as a route's endpoint with a
+    Request; an instance with ``__call__`` it runs as an ASGI app.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.app: ASGIApp = make_asgi_app(registry)
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 def metrics_app(registry: CollectorRegistry | None = None) -> ASGIApp:
     """An ASGI app answering every HTTP request with ``registry``'s metrics, for Prometheus.
 
     The Prometheus text format (or OpenMetrics, if the scraper asks for it),
-    gzipped when accepted. Mount it where Prometheus scrapes (``/metrics``),
-    and keep that path out of the middleware (``exclude_paths``) so scrapes
-    are not counted as traffic.
+    gzipped when accepted. Serve it where Prometheus scrapes, e.g.
+    ``Route("/metrics", metrics_app(registry))`` in Starlette or
+    ``app.add_route("/metrics", metrics_app(registry))`` in FastAPI, and keep
+    that path out of the middleware (``exclude_paths``) so scrapes are not
+    counted as traffic.
 
     Args:
         registry: the registry to serve (default: prometheus_client's global ``REGISTRY``).
     """
-    app: ASGIApp = make_asgi_app(REGISTRY if registry is None else registry)
-    return app
+    return _MetricsApp(REGISTRY if registry is None else registry)
