@@ -236,10 +236,9 @@ def metrics_app(registry: CollectorRegistry | None = None) -> ASGIApp:
 
     The Prometheus text format (or OpenMetrics, if the scraper asks for it),
     gzipped when accepted. Serve it where Prometheus scrapes, e.g.
-    ``Route("/metrics", metrics_app(registry))`` in Starlette or
-    ``app.add_route("/metrics", metrics_app(registry))`` in FastAPI, and keep
-    that path out of the middleware (``exclude_paths``) so scrapes are not
-    counted as traffic.
+    ``Route("/metrics", metrics_app(registry))`` among a Starlette or
+    FastAPI app's ``routes``, and keep that path out of the middleware
+    (``exclude_paths``) so scrapes are not counted as traffic.
 
     Args:
         registry: the registry to serve (default: prometheus_client's global ``REGISTRY``).
