@@ -20,7 +20,9 @@ floor, with the schema as built and without each group) and ``lifecycle``
 while probes write beside it: rates, the export's peak RSS, the neighbours'
 latencies and the longest lock wait) and ``retention`` (one retention run over a
 subtree of ``--n`` messages, default 100,000: erasing idle sessions and trimming
-long ones, beside a probe's appends). The database server
+long ones, beside a probe's appends) and ``telemetry`` (``get_session`` in a loop
+with cortex.telemetry off, with metrics, and with spans and metrics, beside the
+call as it was before telemetry existed). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -47,7 +49,16 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle", "retention")
+SEPARATE = (
+    "migration",
+    "memory",
+    "cpu",
+    "indexes",
+    "filters",
+    "lifecycle",
+    "retention",
+    "telemetry",
+)
 
 
 @contextmanager
@@ -108,6 +119,10 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import lifecycle
 
         return lifecycle.Params(messages=args.n or (20_000 if quick else 200_000))
+    if scenario == "telemetry":
+        from benchmarks import telemetry
+
+        return telemetry.Params(n=args.n or (300 if quick else 2000), blocks=4 if quick else 20)
     if scenario == "retention":
         messages = args.n or (20_000 if quick else 100_000)
         return retention.Params(messages=messages, sessions=max(1, messages // 100))
@@ -213,6 +228,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import lifecycle
 
             modules["lifecycle"] = lifecycle
+        if scenario == "telemetry":
+            from benchmarks import telemetry
+
+            modules["telemetry"] = telemetry
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {

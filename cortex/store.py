@@ -48,6 +48,7 @@ from cortex._db.executor import Routines, Tx
 from cortex._db.pool import drop_held_on_disconnect, holding_options
 from cortex._db.snapshot import read_snapshot
 from cortex._db.transaction import run_transaction
+from cortex._observe import Observer, observed
 from cortex._validate import boundary, encode_json, instance_of
 from cortex.errors import Conflict, InvalidInput, NotFound, ScopeViolation, translate_errors
 from cortex.ids import new_uuid
@@ -243,6 +244,8 @@ class Store:
         # Defaults this store resolved (scope, agent), newest last: most
         # likely still there, so resolving one again looks before it inserts.
         self._known_defaults: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Set by cortex.telemetry.instrument; None keeps telemetry off this store's calls.
+        self._observer: Observer | None = None
 
     @property
     def routines(self) -> int:
@@ -298,6 +301,7 @@ class Store:
 
     # --- sessions -------------------------------------------------------------
 
+    @observed
     @boundary
     async def create_session(
         self,
@@ -367,6 +371,7 @@ class Store:
         single = session_id is None and deltas is None
         return await self._run(scope, body, single=single)
 
+    @observed
     @boundary
     async def get_session_by_key(self, agent_id: AgentId, key: SessionKey) -> Session:
         """The session of ``agent_id`` keyed ``key`` (trimmed) at exactly the current scope.
@@ -385,6 +390,7 @@ class Store:
 
         return await self._run(scope, body, single=True)
 
+    @observed
     @boundary
     async def get_scope_data(self, scope: str | None = None) -> dict[str, Any]:
         """The state document stored at exactly ``scope`` (default: the current scope).
@@ -404,6 +410,7 @@ class Store:
             bound, lambda conn: session_calls.select_scope_data(conn, bound, target)
         )
 
+    @observed
     @boundary
     async def get_session(self, session_id: SessionId) -> Session:
         """The session, if visible from the current scope.
@@ -417,6 +424,7 @@ class Store:
             scope, lambda conn: session_calls.select_session(conn, scope, sid), single=True
         )
 
+    @observed
     @boundary
     async def update_session(self, session: ASession) -> Session:
         """Write ``session.title`` and ``session.metadata``; every other field is ignored.
@@ -439,6 +447,7 @@ class Store:
             ),
         )
 
+    @observed
     @boundary
     async def delete_session(self, session_id: SessionId) -> None:
         """Delete a visible session with its messages.
@@ -449,6 +458,7 @@ class Store:
         scope, sid = current_scope(), _parse_session_id(session_id)
         await self._run(scope, lambda conn: session_calls.delete_session(conn, scope, sid))
 
+    @observed
     @boundary
     async def list_sessions(self, filter: Filter = None) -> list[Session]:
         """One page of visible sessions, newest activity first (then id).
@@ -471,6 +481,7 @@ class Store:
             single=True,
         )
 
+    @observed
     @boundary
     async def count_sessions(self, filter: Filter = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""
@@ -484,6 +495,7 @@ class Store:
             single=True,
         )
 
+    @observed
     @boundary
     def iter_sessions(self, filter: Filter = None) -> AsyncGenerator[Session, None]:
         """Every session that matched when the walk began, each exactly once, in list order.
@@ -536,6 +548,7 @@ class Store:
                 last = batch[-1]
                 after = (last.updated_at, _parse_session_id(last.id))
 
+    @observed
     @boundary
     async def resolve_session(
         self,
@@ -593,6 +606,7 @@ class Store:
             raise not_found(sid)
         return session
 
+    @observed
     @boundary
     async def set_default_session(self, session_id: SessionId) -> Session:
         """Make the session the default of its (agent, scope), atomically.
@@ -608,6 +622,7 @@ class Store:
 
     # --- messages -------------------------------------------------------------
 
+    @observed
     @boundary
     async def append_messages(
         self,
@@ -682,6 +697,7 @@ class Store:
             and (not self._distributed or len(batch.messages) == 1),
         )
 
+    @observed
     @boundary
     async def append_message(self, session_id: SessionId, message: AMessage) -> Message:
         """Append one message; see :meth:`append_messages`."""
@@ -689,6 +705,7 @@ class Store:
         (stored,) = await self._append(session_id, [message], None, None, None)
         return stored
 
+    @observed
     @boundary
     async def list_messages(
         self,
@@ -720,6 +737,7 @@ class Store:
             single=True,
         )
 
+    @observed
     @boundary
     async def pop_message(self, session_id: SessionId) -> Message | None:
         """Remove and return the session's last message (None if it has none).
@@ -739,6 +757,7 @@ class Store:
             lambda conn: message_calls.pop_message(conn, scope, sid, distributed=self._distributed),
         )
 
+    @observed
     @boundary
     async def clear_messages(self, session_id: SessionId) -> Session:
         """Remove every message of the session; returns it, emptied.
@@ -753,6 +772,7 @@ class Store:
         scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(scope, lambda conn: message_calls.clear_messages(conn, scope, sid))
 
+    @observed
     @boundary
     async def fork_session(
         self,
@@ -792,6 +812,7 @@ class Store:
             ),
         )
 
+    @observed
     @boundary
     async def rewind_session(self, session_id: SessionId, *, to_seq: Seq) -> Session:
         """Delete the session's messages after ``to_seq``; returns the session as it is then.
@@ -821,6 +842,7 @@ class Store:
             scope, lambda conn: message_calls.rewind_session(conn, scope, sid, to_seq=to_seq)
         )
 
+    @observed
     @boundary
     async def recent_messages(
         self,
@@ -850,6 +872,7 @@ class Store:
             single=True,
         )
 
+    @observed
     @boundary
     async def get_session_with_messages(
         self, session_id: SessionId, *, limit: MessageLimit = DEFAULT_MESSAGE_LIMIT
@@ -875,6 +898,7 @@ class Store:
 
     # --- a scope's lifecycle ------------------------------------------------------
 
+    @observed
     @boundary
     async def erase_scope(
         self,
@@ -949,6 +973,7 @@ class Store:
         receipt = await self._run(bound, lambda conn: erasure_calls.finish(conn, target, begun))
         return ErasureReport(scope=target, receipt=receipt, **totals)
 
+    @observed
     @boundary
     async def list_erasures(self, path: str | Scope | None = None) -> list[Erasure]:
         """The receipts of erasures at or beneath ``path`` (default: the current scope), newest first.
@@ -960,6 +985,7 @@ class Store:
         target = _within(bound, path)
         return await self._run(bound, lambda conn: erasure_calls.list_receipts(conn, target))
 
+    @observed
     @boundary
     def export_scope(self, path: str | Scope | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """Every record of ``path``'s subtree (default: the current scope), from one snapshot.
@@ -991,6 +1017,7 @@ class Store:
             async for record in transfer_calls.export_records(snap, target):
                 yield record
 
+    @observed
     @boundary
     async def import_scope(
         self,
@@ -1056,6 +1083,7 @@ class Store:
 
     # --- retention --------------------------------------------------------------
 
+    @observed
     @boundary
     async def set_retention_policy(self, policy: APolicy, path: str | Scope | None = None) -> None:
         """Set the retention policy of ``path`` (default: the current scope); None removes it.
@@ -1074,6 +1102,7 @@ class Store:
         target = _within(bound, path)
         await self._run(bound, lambda conn: retention_calls.set_policy(conn, target, policy))
 
+    @observed
     @boundary
     async def get_retention_policy(self, path: str | Scope | None = None) -> RetentionPolicy | None:
         """The policy in force at ``path`` (default: the current scope): the nearest at or above it.
@@ -1087,6 +1116,7 @@ class Store:
         target = _within(bound, path)
         return await self._run(bound, lambda conn: retention_calls.get_policy(conn, target))
 
+    @observed
     @boundary
     async def apply_retention(
         self,
@@ -1219,6 +1249,7 @@ class Store:
 
     # --- operator surface -------------------------------------------------------
 
+    @observed
     @boundary
     async def inspect_session(self, session_id: SessionId) -> SessionDetail:
         """The session with its state, every pending input and the marker reasons.
@@ -1231,6 +1262,7 @@ class Store:
         scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(scope, lambda conn: operator_calls.inspect(conn, scope, sid))
 
+    @observed
     @boundary
     async def abort_session(self, session_id: SessionId, reason: Reason) -> Session:
         """Write a durable abort marker (not preemption); pending inputs are cleared.
@@ -1243,6 +1275,7 @@ class Store:
         scope, sid = current_scope(), _parse_session_id(session_id)
         return await self._run(scope, lambda conn: operator_calls.abort(conn, scope, sid, reason))
 
+    @observed
     @boundary
     async def resume(
         self,
@@ -1292,6 +1325,7 @@ class Store:
 
         return await self._run(scope, body)
 
+    @observed
     @boundary
     async def mark_interrupted(self, session_id: SessionId, reason: Reason) -> None:
         """Mark a turn cut short by a shutdown; re-marking overwrites the reason.
@@ -1314,6 +1348,7 @@ class Store:
             scope, lambda conn: operator_calls.mark_interrupted(conn, scope, sid, reason)
         )
 
+    @observed
     @boundary
     async def clear_interrupted(self, session_id: SessionId) -> None:
         """Clear the interrupt marker when the turn completes; a no-op if there is none.

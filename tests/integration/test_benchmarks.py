@@ -238,3 +238,19 @@ def test_lifecycle_exports_erases_and_imports_a_subtree(server_url: str, tmp_pat
     assert steps["erase"]["probe_failures"] == []
     assert {"longest_wait_ms", "waits_seen"} <= set(steps["erase"]["locks"])
     assert not out.with_suffix(".png").exists()  # a table, no chart
+
+
+def test_telemetry_measures_every_side_in_the_loop_and_in_process(
+    server_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "telemetry.json"
+    args = ["telemetry", "--quick", "--n", "50", "--dsn", server_url, "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "telemetry"
+    assert report["invariants_ok"] is True
+    sides = [r["side"] for r in report["results"]]
+    loop = ["base", "off", "metrics", "spans + metrics"]
+    assert sides == [*loop, *(f"in process: {s}" for s in loop)]
+    for result in report["results"]:
+        assert result.get("median_us_per_call", result.get("cpu_ns_per_call", 0)) > 0
