@@ -6,6 +6,7 @@ held to the same limits as a store call, and refused before it reaches one.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,7 @@ __all__ = [
     "Problem",
     "ResolveBody",
     "ResumeBody",
+    "RetentionPolicyBody",
     "RetentionPolicyView",
     "RetentionRunBody",
     "RewindBody",
@@ -141,6 +143,18 @@ class RetentionRunBody(_Body):
 
     path: Scope | None = None
     dry_run: Flag = False
+
+
+class RetentionPolicyBody(_Body):
+    """``PUT /v1/scope/retention-policy``: a RetentionPolicy; durations in ISO 8601 (``P30D``)."""
+
+    delete_idle_after: timedelta | None = None
+    keep_last_messages: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    include_paused: bool = False
+
+    def policy(self) -> RetentionPolicy:
+        """The store's policy (its own limits checked: InvalidInput)."""
+        return RetentionPolicy(**self.model_dump())
 
 
 class SessionPageView(BaseModel):

@@ -23,7 +23,6 @@ from cortex.models import (
     ImportReport,
     ListFilter,
     Message,
-    RetentionPolicy,
     RetentionReport,
     Session,
     SessionCursor,
@@ -133,7 +132,9 @@ async def list_sessions(
     position = None
     if cursor is not None:
         try:
-            position = SessionCursor.model_validate(signer.open("sessions", cursor))
+            # JSON mode: the strict datetime field takes its ISO 8601 text there.
+            opened = json.dumps(signer.open("sessions", cursor))
+            position = SessionCursor.model_validate_json(opened)
         except InvalidCursor:
             raise
         except InvalidInput as exc:
@@ -378,11 +379,11 @@ async def get_retention_policy(store: StoreDep, path: PathQuery = None) -> b.Ret
 
 @router.put("/scope/retention-policy", tags=["scope"])
 async def set_retention_policy(
-    policy: RetentionPolicy, store: StoreDep, path: PathQuery = None
+    body: b.RetentionPolicyBody, store: StoreDep, path: PathQuery = None
 ) -> b.RetentionPolicyView:
     """Set the policy of ``path``; durations as ISO 8601 (``P30D``)."""
     target = current_scope() if path is None else Scope.parse(path)
-    await store.set_retention_policy(policy, target)
+    await store.set_retention_policy(body.policy(), target)
     return b.RetentionPolicyView(path=target, policy=await store.get_retention_policy(target))
 
 
