@@ -36,7 +36,9 @@ from cortex.models import (
     RetentionPolicy,
     RetentionReport,
     Session,
+    SessionCursor,
     SessionDetail,
+    SessionPage,
     SessionState,
 )
 from cortex.scope import Scope, current_scope, use_scope
@@ -71,8 +73,10 @@ __all__ = [
     "ScopeViolation",
     "Session",
     "SessionAborted",
+    "SessionCursor",
     "SessionDetail",
     "SessionHistory",
+    "SessionPage",
     "SessionState",
     "Store",
     "connect",

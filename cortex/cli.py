@@ -66,6 +66,7 @@ from cortex._cli_common import (
 )
 from cortex._cli_retention import add_retention_commands
 from cortex._cli_scope import add_scope_commands
+from cortex._cli_server import add_server_commands
 from cortex._cli_sessions import add_session_commands
 from cortex._db import routines as _routines
 from cortex._db.engine import (
@@ -658,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_commands(commands, _Parser, common)
     add_scope_commands(commands, _Parser, common)
     add_retention_commands(commands, _Parser, common)
+    add_server_commands(commands, _Parser, common)
 
     demo = commands.add_parser(
         "demo",

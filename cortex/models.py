@@ -68,7 +68,9 @@ __all__ = [
     "RetentionPolicy",
     "RetentionReport",
     "Session",
+    "SessionCursor",
     "SessionDetail",
+    "SessionPage",
     "SessionState",
 ]
 
@@ -270,6 +272,17 @@ def _data(value: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
+def _state_patch(value: dict[str, Any]) -> dict[str, Any]:
+    for key in value:
+        if not isinstance(key, str) or not key or "\x00" in key:
+            raise ValueError("keys are non-empty strings without NUL characters")
+        if key.startswith(RESERVED_DATA_PREFIX):
+            raise ValueError(f"{key!r}: keys beginning {RESERVED_DATA_PREFIX!r} are cortex's own")
+    # Twice a document's bound: a patch may remove as much as it adds.
+    encode_json(value, 2 * MAX_DATA_BYTES)
+    return value
+
+
 def _scope_data(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     if len(value) > MAX_SCOPE_DATA:
         raise ValueError(f"at most {MAX_SCOPE_DATA} scopes, got {len(value)}")
@@ -332,6 +345,8 @@ SessionKey = Annotated[str, Strict(), AfterValidator(_session_key)]
 """A host-chosen session key: trimmed, then 1-512 characters, no NUL."""
 Data = Annotated[dict[str, Any], Strict(), AfterValidator(_data)]
 """A state document or delta: top-level keys, each value any JSON, at most 1 MiB as stored."""
+StatePatch = Annotated[dict[str, Any], Strict(), AfterValidator(_state_patch)]
+"""A merge patch (RFC 7386) or a whole document for a scope's state: top-level keys, JSON values."""
 ScopeData = Annotated[dict[str, Data], Strict(), AfterValidator(_scope_data)]
 """State deltas by scope path (``"acme/app"``), at most 8 scopes."""
 JsonValue = Annotated[Any, AfterValidator(_json)]
@@ -635,6 +650,28 @@ class ListFilter(_Model):
         if isinstance(self.metadata, _MetadataFilter):
             return self.metadata.pairs
         return cast(_MetadataFilter, _metadata_filter(self.metadata)).pairs
+
+
+class SessionCursor(_Model):
+    """Where a page of :meth:`cortex.Store.list_sessions_page` ended: the next page starts after it.
+
+    A plain token: the last session's ``updated_at`` and ``id`` (the
+    listing's order) and ``listing``, a digest of the scope and filter it
+    continues. A cursor is good for that listing only: presented with
+    another filter or from another scope, it is InvalidInput. A host that
+    hands cursors to clients should sign them (``cortex serve`` does).
+    """
+
+    updated_at: AwareTime
+    id: SessionId
+    listing: Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{32}$")]
+
+
+class SessionPage(_Model):
+    """One page of a listing and the cursor of the next (None: this page is the last)."""
+
+    items: list[Session]
+    next_cursor: SessionCursor | None = None
 
 
 # --- messages -----------------------------------------------------------------

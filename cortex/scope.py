@@ -18,7 +18,8 @@ from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, Final
 
-from pydantic import GetCoreSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from cortex.errors import InvalidScope, ScopeMissing, ScopeViolation
@@ -138,6 +139,18 @@ class Scope:
             python_schema=from_str,
             serialization=core_schema.plain_serializer_function_ser_schema(str),
         )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """A scope path as JSON Schema: a string of 1-8 segments (for OpenAPI documents)."""
+        segment = r"[A-Za-z0-9._:\-]{1,64}"
+        return {
+            "type": "string",
+            "pattern": f"^{segment}(/{segment}){{0,{MAX_DEPTH - 1}}}$",
+            "examples": ["acme/support/user-42"],
+        }
 
 
 @lru_cache(maxsize=4096)

@@ -38,6 +38,7 @@ from cortex._calls import erasure as erasure_calls
 from cortex._calls import messages as message_calls
 from cortex._calls import operator as operator_calls
 from cortex._calls import retention as retention_calls
+from cortex._calls import scope_state as scope_state_calls
 from cortex._calls import sessions as session_calls
 from cortex._calls import transfer as transfer_calls
 from cortex._calls.messages import SEQ_END, SessionHistory
@@ -79,9 +80,12 @@ from cortex.models import (
     ScopeData,
     Seq,
     Session,
+    SessionCursor,
     SessionDetail,
     SessionId,
     SessionKey,
+    SessionPage,
+    StatePatch,
     Title,
     encode_data,
     session_uuid,
@@ -215,6 +219,7 @@ Filter = Annotated[ListFilter | None, BeforeValidator(instance_of(ListFilter, no
 APolicy = Annotated[
     RetentionPolicy | None, BeforeValidator(instance_of(RetentionPolicy, none=True))
 ]
+ACursor = Annotated[SessionCursor | None, BeforeValidator(instance_of(SessionCursor, none=True))]
 AMessage = Annotated[NewMessage, BeforeValidator(instance_of(NewMessage))]
 ASession = Annotated[Session, BeforeValidator(instance_of(Session))]
 Messages = Annotated[Sequence[AMessage], Field(min_length=1, max_length=MAX_APPEND_BATCH)]
@@ -412,6 +417,46 @@ class Store:
 
     @observed
     @boundary
+    async def update_scope_data(
+        self, patch: StatePatch, *, scope: str | Scope | None = None, replace: Flag = False
+    ) -> dict[str, Any]:
+        """Change the state document stored at exactly ``scope`` (default: the current scope).
+
+        ``patch`` is a JSON merge patch (RFC 7386) applied to the document:
+        a key whose value is ``None`` is removed, an object value is merged
+        into the object stored under its key the same way, any other value
+        replaces the stored one. With ``replace``, the document becomes
+        ``patch`` as given (``None`` values are stored as null). Every
+        session at ``scope`` and beneath it sees the result when it is read.
+        Concurrent calls on one scope apply one after the other (the
+        document's row lock), each on the other's result. Returns the
+        document as :meth:`get_scope_data` then reads it.
+
+        Unlike reading, writing never reaches above the current scope: a
+        scope's state is shared by every session beneath it.
+
+        Raises:
+            ScopeViolation: ``scope`` is not the current scope or beneath it.
+            InvalidInput: a key is empty, holds NUL or begins ``__cortex_``
+                (cortex's own keys, kept as they are), a value is not JSON,
+                or the document would exceed 1 MiB as stored; nothing is
+                written.
+        """
+        bound = current_scope()
+        target = _within(bound, scope, "scope")
+        if replace:
+            try:
+                encode_data(patch)  # the document to be, before any SQL
+            except ValueError as exc:
+                raise InvalidInput(f"patch: {exc}") from None
+        return await self._run(
+            bound,
+            lambda conn: scope_state_calls.update_document(
+                conn, bound, target, patch, replace=replace
+            ),
+        )
+
+    @boundary
     async def get_session(self, session_id: SessionId) -> Session:
         """The session, if visible from the current scope.
 
@@ -482,6 +527,53 @@ class Store:
         )
 
     @observed
+    @boundary
+    async def list_sessions_page(
+        self, filter: Filter = None, *, cursor: ACursor = None
+    ) -> SessionPage:
+        """One page of visible sessions in list order, and the cursor of the next page.
+
+        Keyset paging on (``updated_at``, ``id``), each page its own
+        statement (one round trip with routines installed), so a walk may
+        span requests and transactions. Between pages, a session created
+        or written (moved to the front of the order) is not returned by
+        the later pages; no session is ever returned twice, and every
+        session that matched when the first page was read and was not
+        written since is returned exactly once. ``limit`` is the page size
+        and may change between pages. ``next_cursor`` is None on the last
+        page. A cursor continues the listing it came from: the same scope
+        and the same filter (``limit`` aside).
+
+        Raises:
+            InvalidInput: ``offset`` is not 0, the filter breaks a limit,
+                or ``cursor`` belongs to another scope or filter.
+        """
+        scope, flt = current_scope(), filter or ListFilter()
+        if flt.offset:
+            raise InvalidInput("offset: list_sessions_page pages with a cursor; offset must be 0")
+        listing = session_calls.listing_digest(scope, flt)
+        after = None
+        if cursor is not None:
+            if cursor.listing != listing:
+                raise InvalidInput("cursor: it continues another listing (another scope or filter)")
+            after = (cursor.updated_at, _parse_session_id(cursor.id, "cursor.id"))
+        size = flt.page_size
+        # One row past the page tells whether there is a next one.
+        rows = await self._run(
+            scope,
+            lambda conn: session_calls.select_page(
+                conn, scope, flt, limit=size + 1, after=after, distributed=self._distributed
+            ),
+            flt=flt,
+            single=True,
+        )
+        items = rows[:size]
+        next_cursor = None
+        if len(rows) > size:
+            last = items[-1]
+            next_cursor = SessionCursor(updated_at=last.updated_at, id=last.id, listing=listing)
+        return SessionPage(items=items, next_cursor=next_cursor)
+
     @boundary
     async def count_sessions(self, filter: Filter = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""

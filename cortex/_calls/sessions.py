@@ -80,6 +80,7 @@ __all__ = [
     "delete_session",
     "deltas_digest",
     "insert_session",
+    "listing_digest",
     "lock_session_id",
     "merge_scope_data",
     "not_found",
@@ -318,6 +319,16 @@ async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, 
     params = {SCOPE_TENANT: scope.tenant, D_PATHS: paths}
     found = (await conn.execute(sql.scope_documents_statement(), params)).all()
     return {row["scope"]: row["data"] for row in found}
+
+
+def listing_digest(scope: Scope, flt: ListFilter) -> str:
+    """What a listing cursor is bound to: the scope and the filter, page size and offset aside."""
+    listing = {
+        "scope": str(scope),
+        "filter": flt.model_dump(mode="json", exclude={"limit", "offset"}),
+    }
+    text = json.dumps(listing, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 async def count_sessions(

@@ -19,6 +19,7 @@ from cortex import (
     NewMessage,
     ScopeViolation,
     Session,
+    SessionCursor,
     Store,
     use_scope,
 )
@@ -53,6 +54,15 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("update forged", lambda s: s.update_session(_forged(title="t" * 1001))),
     ("update metadata NUL", lambda s: s.update_session(_forged(metadata={"\x00": 1}))),
     ("list offset on iter", lambda s: _drain(s, ListFilter(offset=1))),
+    ("page offset", lambda s: s.list_sessions_page(ListFilter(offset=1))),
+    ("page cursor a dict", lambda s: s.list_sessions_page(cursor={"id": SID})),  # type: ignore[arg-type]
+    ("page cursor forged", lambda s: s.list_sessions_page(cursor=_cursor(listing="0" * 31))),
+    ("page cursor elsewhere", lambda s: s.list_sessions_page(cursor=_cursor(listing="0" * 32))),
+    ("scope data empty key", lambda s: s.update_scope_data({"": 1})),
+    ("scope data reserved key", lambda s: s.update_scope_data({"__cortex_x": 1})),
+    ("scope data NaN", lambda s: s.update_scope_data({"k": float("nan")})),
+    ("scope data not a dict", lambda s: s.update_scope_data([1])),  # type: ignore[arg-type]
+    ("scope data replace too big", lambda s: s.update_scope_data({"k": BIG * 17}, replace=True)),
     ("list metadata not a dict", lambda s: s.list_sessions(_filter(metadata=["k", "v"]))),
     ("list metadata big", lambda s: s.list_sessions(_filter(metadata={"k": BIG}))),
     ("list metadata NUL key", lambda s: s.list_sessions(_filter(metadata={"\x00": 1}))),
@@ -115,6 +125,7 @@ CALLS: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
 # Outside the bound scope (acme/x): refused before any SQL too.
 OUTSIDE: list[tuple[str, Callable[[Store], Awaitable[Any]]]] = [
     ("erase above", lambda s: s.erase_scope("acme")),
+    ("scope data above", lambda s: s.update_scope_data({"a": 1}, scope="acme")),
     ("erase beside", lambda s: s.erase_scope("acme/x0")),
     ("erase dry run beside", lambda s: s.erase_scope("acme/xy", dry_run=True)),
     ("erasures beside", lambda s: s.list_erasures("acme/y")),
@@ -132,6 +143,11 @@ async def _drain_export(store: Store, path: str) -> None:
 def _forged(**changes: Any) -> Session:
     now = datetime.now(UTC)
     base = Session(id=SID, agent_id="a", scope="acme/x", created_at=now, updated_at=now)
+    return base.model_copy(update=changes)
+
+
+def _cursor(**changes: Any) -> SessionCursor:
+    base = SessionCursor(updated_at=datetime.now(UTC), id=SID, listing="0" * 32)
     return base.model_copy(update=changes)
 
 

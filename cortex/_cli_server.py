@@ -1,0 +1,128 @@
+"""``cortex serve`` (the HTTP API under uvicorn) and ``cortex token issue``.
+
+Both need the ``server`` extra; they import it only when run, so the rest
+of the command line works without it. The signing key comes from
+``$CORTEX_SIGNING_KEY`` only: a key on the command line would show in the
+process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from cortex._cli_common import EXIT_OK, UsageError, echo
+from cortex.errors import InvalidInput
+
+__all__ = ["add_server_commands"]
+
+_KEY_ENV = "CORTEX_SIGNING_KEY"
+
+
+def _signing_key() -> Any:
+    try:
+        from cortex.server import SigningKey
+    except ImportError:
+        raise UsageError(
+            "the server extra is not installed: pip install 'cortex-sessions[server]'"
+        ) from None
+    try:
+        return SigningKey.parse(os.environ.get(_KEY_ENV))
+    except InvalidInput as exc:
+        raise UsageError(str(exc)) from None
+
+
+@contextmanager
+def _url(args: argparse.Namespace) -> Iterator[str]:
+    """``--database-url`` or ``$CORTEX_DATABASE_URL``, else the embedded server (left running)."""
+    given = getattr(args, "database_url", None) or os.environ.get("CORTEX_DATABASE_URL")
+    if given:
+        yield given
+        return
+    from cortex.embedded import database_url
+
+    with database_url(keep=True) as (found, _):
+        yield found
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the HTTP API until SIGTERM or Ctrl-C; in-flight requests finish first."""
+    key = _signing_key()
+    import uvicorn
+
+    from cortex.server import create_app
+
+    with _url(args) as url:
+        app = create_app(
+            url,
+            signing_key=key,
+            cors_origins=args.cors_origin or (),
+            max_body_bytes=args.max_body_bytes,
+        )
+        config = uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            timeout_graceful_shutdown=args.graceful_timeout,
+            proxy_headers=False,
+            server_header=False,
+        )
+        uvicorn.Server(config).run()
+    return EXIT_OK
+
+
+def cmd_token_issue(args: argparse.Namespace) -> int:
+    """Print a token for ``--scope`` signed with the HS256 secret in ``$CORTEX_SIGNING_KEY``."""
+    key = _signing_key()
+    from cortex.server import issue_token
+
+    echo(issue_token(key, scope=args.scope, role=args.role, ttl=args.ttl, subject=args.subject))
+    return EXIT_OK
+
+
+def add_server_commands(
+    commands: Any, parser_class: type[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Register ``cortex serve`` and ``cortex token issue`` under ``commands``."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve the HTTP API (needs $CORTEX_SIGNING_KEY; the server extra)",
+        parents=[common],
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="an origin browsers may call from (repeatable; CORS is off without one)",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1024 * 1024,
+        help="largest request body; 413 beyond it (1 MiB; imports: 256 MiB)",
+    )
+    serve.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests get to finish after SIGTERM (30)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    token = commands.add_parser("token", help="tokens for the HTTP API", parents=[common])
+    sub = token.add_subparsers(dest="token_command", required=True, parser_class=parser_class)
+    issue = sub.add_parser(
+        "issue",
+        help="print a token signed with $CORTEX_SIGNING_KEY (an HS256 secret)",
+        parents=[common],
+    )
+    issue.add_argument("--scope", required=True, help="the scope the token acts in")
+    issue.add_argument("--role", choices=("app", "operator"), default="app", help="app or operator")
+    issue.add_argument("--ttl", type=int, default=3600, help="seconds until it expires (3600)")
+    issue.add_argument("--subject", default="cortex-cli", help="the token's sub claim")
+    issue.set_defaults(func=cmd_token_issue)

@@ -1,0 +1,317 @@
+"""``create_app``: cortex's HTTP API as one ASGI app (FastAPI), for ``cortex serve`` or a host.
+
+Layers, outermost first: CORS (only when configured), the body bound,
+token verification with the scope bound (cortex.server.auth), then
+FastAPI's routing. Every error is a problem details document (RFC 9457);
+an unexpected one says nothing of its cause.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from sqlalchemy.engine import URL
+from starlette.exceptions import HTTPException
+
+from cortex._db.engine import SCHEMA_REVISION, check_schema
+from cortex._version import __version__
+from cortex.asgi import PROBLEM_JSON, ASGIApp, ASGIScope, Receive, Send, error_body, problem
+from cortex.asgi import status_for as cortex_status
+from cortex.errors import CortexError
+from cortex.fastapi import validation_error_handler
+from cortex.server.auth import AuthMiddleware, SigningKey
+from cortex.server.bodies import Problem
+from cortex.server.cursors import CursorSigner, InvalidCursor
+from cortex.server.routes import router
+from cortex.store import Store, open_store
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_IMPORT_BYTES", "create_app"]
+
+log = logging.getLogger("cortex.server")
+
+DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
+DEFAULT_MAX_IMPORT_BYTES: Final = 256 * 1024 * 1024
+IMPORT_PATH: Final = "/v1/scope/import"
+OPEN_PATHS: Final = frozenset({"/v1/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"})
+
+# The problems every /v1 route may answer, for the OpenAPI document.
+_PROBLEMS: Final = {
+    400: "a cursor that is not this server's, or belongs to another listing",
+    401: "no token, or one that does not verify",
+    403: "a scope outside the token's",
+    404: "not found, or not visible from the request's scope",
+    409: "the request contradicts stored state",
+    413: "the request body is larger than the server accepts",
+    422: "the input breaks a limit; nothing was written",
+    500: "an unexpected failure (nothing of it is said)",
+    503: "the database is unreachable or not at this code's revision",
+    504: "the database cancelled the operation",
+}
+
+
+class StoreHolder:
+    """The app's store: given by the host, or opened from a URL (again, until it opens)."""
+
+    def __init__(self, store_or_url: Store | str | URL, pool_options: dict[str, Any]) -> None:
+        self._store = store_or_url if isinstance(store_or_url, Store) else None
+        self._url = None if isinstance(store_or_url, Store) else store_or_url
+        self._pool_options = pool_options
+        self._lock = anyio.Lock()
+        self.signer: CursorSigner
+
+    @property
+    def owned(self) -> bool:
+        """Whether the app opened the store (and so closes it)."""
+        return self._url is not None
+
+    async def store(self) -> Store:
+        """The store, opened on first use.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached (tried again next time).
+            SchemaMismatch: the database is not at this code's revision.
+        """
+        if self._store is not None:
+            return self._store
+        async with self._lock:
+            if self._store is None:
+                assert self._url is not None  # a store or a URL was given
+                self._store = await open_store(self._url, **self._pool_options)
+            return self._store
+
+    async def close(self) -> None:
+        """Close the pool of a store the app opened."""
+        if self.owned and self._store is not None:
+            await self._store.engine.dispose()
+            self._store = None
+
+
+class BodyLimit:
+    """Pure ASGI: refuse a request body larger than its bound with 413, as problem details.
+
+    A declared ``Content-Length`` over the bound is refused before the app
+    runs; a body that grows past it while read raises a 413 HTTPException,
+    which the app answers (FastAPI passes it through its body parsing).
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, max_import_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.max_import_bytes = max_import_bytes
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        """Count the body as it is received."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        bound = self.max_import_bytes if scope.get("path") == IMPORT_PATH else self.max_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > bound:
+            body = problem("InvalidInput", 413, _too_large(bound))
+            response = JSONResponse(body, status_code=413, media_type=PROBLEM_JSON)
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > bound:
+                    raise HTTPException(413, _too_large(bound))
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large(bound: int) -> str:
+    return f"the request body is larger than {bound} bytes"
+
+
+def _content_length(scope: ASGIScope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def create_app(
+    store_or_url: Store | str | URL,
+    *,
+    signing_key: str | bytes | SigningKey,
+    cursor_key: bytes | None = None,
+    cors_origins: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_import_bytes: int = DEFAULT_MAX_IMPORT_BYTES,
+    middleware: Iterable[Callable[[ASGIApp], ASGIApp]] = (),
+    **pool_options: Any,
+) -> FastAPI:
+    """Cortex's HTTP API on a store (the host's, which it keeps) or a URL (opened and closed here).
+
+    Args:
+        store_or_url: a :class:`cortex.Store`, or the URL ``cortex.connect`` takes.
+        signing_key: verifies bearer tokens: a secret of at least 32 bytes
+            (HS256), or a PEM public key (RS256, ES256, EdDSA).
+        cursor_key: signs listing cursors; default: derived from an HS256
+            secret, else random per process (give one to every replica
+            behind one address, so a cursor works on each).
+        cors_origins: origins browsers may call from; none (CORS off) by default.
+        max_body_bytes: the largest request body; 413 beyond it.
+        max_import_bytes: the same, for ``POST /v1/scope/import``.
+        middleware: ASGI middleware factories wrapped around the API (each
+            ``factory(app) -> app``, the first outermost): where a host adds
+            telemetry.
+        pool_options: for ``cortex.connect`` when a URL is given.
+
+    Raises:
+        InvalidInput: the signing key is missing, short or of an unknown kind.
+    """
+    key = signing_key if isinstance(signing_key, SigningKey) else SigningKey.parse(signing_key)
+    holder = StoreHolder(store_or_url, pool_options)
+    holder.signer = CursorSigner(cursor_key or key.secret or secrets.token_bytes(32))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if holder.owned:
+            try:
+                await holder.store()
+            except CortexError as exc:
+                # Served all the same: /readyz says 503 until the database answers.
+                log.warning("cortex: the database is not ready: %s", exc)
+        try:
+            yield
+        finally:
+            await holder.close()
+
+    app = FastAPI(
+        title="cortex",
+        version=__version__,
+        description="cortex's HTTP API: sessions, messages and scope state, per tenant scope.",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+        responses={
+            status: {"model": Problem, "description": text} for status, text in _PROBLEMS.items()
+        },
+    )
+    app.state.cortex = holder
+    _install_handlers(app)
+    _add_health(app, holder)
+    app.include_router(router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
+    # Added innermost first: Starlette puts the last one added outermost.
+    app.add_middleware(AuthMiddleware, key=key, open_paths=OPEN_PATHS)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_import_bytes=max_import_bytes)
+    for factory in reversed(list(middleware)):
+        app.add_middleware(_Wrapped, factory=factory)
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Cortex-Scope"],
+        )
+    return app
+
+
+class _Wrapped:
+    """A host's ``factory(app) -> app`` as a Starlette middleware class."""
+
+    def __init__(self, app: ASGIApp, *, factory: Callable[[ASGIApp], ASGIApp]) -> None:
+        self.app = factory(app)
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def _problem_response(
+    body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(body, status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
+
+
+def _install_handlers(app: FastAPI) -> None:
+    async def on_cortex_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, CortexError)  # registered for CortexError only
+        if isinstance(exc, InvalidCursor):
+            return _problem_response(problem("InvalidInput", 400, str(exc)))
+        return _problem_response(error_body(exc, cortex_status(exc)))
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)  # registered for it only
+        name = {404: "NotFound", 405: "MethodNotAllowed", 413: "InvalidInput"}.get(
+            exc.status_code, "HTTPError"
+        )
+        return _problem_response(
+            problem(name, exc.status_code, str(exc.detail)), headers=exc.headers
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error(
+            "cortex: unexpected error on %s %s", request.method, request.url.path, exc_info=exc
+        )
+        return _problem_response(
+            problem("InternalError", 500, "an unexpected error; see the server's log")
+        )
+
+    app.add_exception_handler(CortexError, on_cortex_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def _add_health(app: FastAPI, holder: StoreHolder) -> None:
+    @app.get("/healthz", tags=["health"], responses={})
+    async def healthz() -> dict[str, str]:
+        """The process is up (nothing else is checked)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> dict[str, str]:
+        """The database answers and serves this code's schema revision; 503 otherwise."""
+        store = await holder.store()
+        await check_schema(store.engine)
+        return {"status": "ready", "revision": SCHEMA_REVISION}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with errors under ``application/problem+json`` as they are sent."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    for path, item in schema.get("paths", {}).items():
+        for operation in item.values():
+            responses = operation.get("responses", {})
+            if path == "/healthz":
+                responses.pop("500", None)
+                for status in [s for s in responses if s != "200"]:
+                    responses.pop(status)
+            elif not path.startswith("/v1/"):
+                for status in [s for s in responses if s not in ("200", "500", "503")]:
+                    responses.pop(status)
+            for status, response in responses.items():
+                content = response.get("content", {})
+                if status.startswith(("4", "5")) and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,404 @@
+"""The ``/v1`` routes: each one a store call in the request's scope (bound by AuthMiddleware).
+
+Routes stay thin: parse, call one Store method, shape the answer. Every
+refusal is the store's own CortexError, answered as problem details by
+cortex.server.app.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from cortex._calls.sessions import listing_digest
+from cortex.errors import InvalidInput
+from cortex.models import (
+    ErasureReport,
+    ImportReport,
+    ListFilter,
+    Message,
+    RetentionReport,
+    Session,
+    SessionCursor,
+    SessionDetail,
+    SessionState,
+)
+from cortex.scope import Scope, current_scope, use_scope
+from cortex.server import bodies as b
+from cortex.server.cursors import CursorSigner, InvalidCursor
+from cortex.store import Store
+
+__all__ = ["router"]
+
+NDJSON = "application/x-ndjson"
+
+
+async def _store(request: Request) -> Store:
+    # Async on purpose: it runs in the request's context (cortex.asgi says why).
+    store: Store = await request.app.state.cortex.store()
+    return store
+
+
+def _signer(request: Request) -> CursorSigner:
+    signer: CursorSigner = request.app.state.cortex.signer
+    return signer
+
+
+StoreDep = Annotated[Store, Depends(_store)]
+SignerDep = Annotated[CursorSigner, Depends(_signer)]
+
+router = APIRouter(prefix="/v1")
+
+
+# --- listing parameters -----------------------------------------------------------
+
+
+def _filter(
+    agent_id: Annotated[str | None, Query(description="only this agent's sessions")] = None,
+    exact: Annotated[bool, Query(description="only sessions at exactly this scope")] = False,
+    default_only: Annotated[bool, Query(description="only default sessions")] = False,
+    search: Annotated[str | None, Query(description="title or last message contains")] = None,
+    state: Annotated[SessionState | None, Query()] = None,
+    metadata: Annotated[
+        str | None,
+        Query(description='a JSON object: each key must hold that value, e.g. {"channel":"web"}'),
+    ] = None,
+    created_after: Annotated[datetime | None, Query(description="ISO 8601, with offset")] = None,
+    created_before: Annotated[datetime | None, Query(description="ISO 8601, with offset")] = None,
+    updated_after: Annotated[datetime | None, Query(description="ISO 8601, with offset")] = None,
+    updated_before: Annotated[datetime | None, Query(description="ISO 8601, with offset")] = None,
+) -> ListFilter:
+    wanted: Any = None
+    if metadata is not None:
+        try:
+            wanted = json.loads(metadata)
+        except ValueError:
+            raise InvalidInput("metadata: not JSON; give a JSON object") from None
+        if not isinstance(wanted, dict):
+            raise InvalidInput("metadata: give a JSON object")
+    return ListFilter(
+        agent_id=agent_id,
+        exact=exact,
+        default_only=default_only,
+        search=search,
+        state=state,
+        metadata=wanted,
+        created_after=created_after,
+        created_before=created_before,
+        updated_after=updated_after,
+        updated_before=updated_before,
+    )
+
+
+FilterDep = Annotated[ListFilter, Depends(_filter)]
+PathQuery = Annotated[
+    str | None, Query(description="a scope at or beneath the request's (default: it)")
+]
+
+
+# --- sessions ---------------------------------------------------------------------
+
+
+@router.post("/sessions", status_code=201, tags=["sessions"])
+async def create_session(body: b.CreateSessionBody, store: StoreDep) -> Session:
+    """Create a session at exactly the request's scope."""
+    return await store.create_session(
+        body.agent_id,
+        title=body.title,
+        metadata=body.metadata,
+        is_default=body.is_default,
+        session_id=body.session_id,
+        key=body.key,
+        data=body.data,
+    )
+
+
+@router.get("/sessions", tags=["sessions"])
+async def list_sessions(
+    flt: FilterDep,
+    store: StoreDep,
+    signer: SignerDep,
+    limit: Annotated[int, Query(ge=0, le=1000, description="page size (0: 50)")] = 0,
+    cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
+) -> b.SessionPageView:
+    """Visible sessions, newest activity first, a page at a time (keyset cursors)."""
+    flt.limit = limit
+    position = None
+    if cursor is not None:
+        try:
+            # JSON mode: the strict datetime field takes its ISO 8601 text there.
+            opened = json.dumps(signer.open("sessions", cursor))
+            position = SessionCursor.model_validate_json(opened)
+        except InvalidCursor:
+            raise
+        except InvalidInput as exc:
+            raise InvalidCursor(f"cursor: {exc}") from None
+        if position.listing != listing_digest(current_scope(), flt):
+            raise InvalidCursor("cursor: it continues another listing (another scope or filter)")
+    page = await store.list_sessions_page(flt, cursor=position)
+    following = page.next_cursor
+    return b.SessionPageView(
+        items=page.items,
+        next_cursor=None
+        if following is None
+        else signer.sign("sessions", following.model_dump(mode="json")),
+    )
+
+
+@router.get("/sessions/count", tags=["sessions"])
+async def count_sessions(flt: FilterDep, store: StoreDep) -> b.CountView:
+    """How many sessions the listing would return, all pages together."""
+    return b.CountView(count=await store.count_sessions(flt))
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"])
+async def get_session(session_id: str, store: StoreDep) -> Session:
+    """The session, if visible from the request's scope (404 otherwise, another tenant's too)."""
+    return await store.get_session(session_id)
+
+
+@router.patch("/sessions/{session_id}", tags=["sessions"])
+async def update_session(session_id: str, body: b.UpdateSessionBody, store: StoreDep) -> Session:
+    """Write the title and/or metadata; every other field is cortex's."""
+    session = await store.get_session(session_id)
+    if body.title is not None:
+        session.title = body.title
+    if body.metadata is not None:
+        session.metadata = body.metadata
+    return await store.update_session(session)
+
+
+@router.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
+async def delete_session(session_id: str, store: StoreDep) -> Response:
+    """Delete the session with its messages."""
+    await store.delete_session(session_id)
+    return Response(status_code=204)
+
+
+@router.get("/sessions/{session_id}/detail", tags=["operators"])
+async def inspect_session(session_id: str, store: StoreDep) -> SessionDetail:
+    """The session with its state, pending inputs and marker reasons."""
+    return await store.inspect_session(session_id)
+
+
+# --- messages ---------------------------------------------------------------------
+
+
+@router.post("/sessions/{session_id}/messages", status_code=201, tags=["messages"])
+async def append_messages(session_id: str, body: b.AppendBody, store: StoreDep) -> b.MessagesView:
+    """Append messages in one transaction; a retry with the same message ids writes nothing."""
+    stored = await store.append_messages(
+        session_id, body.messages, data=body.data, expected_count=body.expected_count
+    )
+    return b.MessagesView(items=stored)
+
+
+@router.get("/sessions/{session_id}/messages", tags=["messages"])
+async def list_messages(
+    session_id: str,
+    store: StoreDep,
+    signer: SignerDep,
+    after_seq: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    limit: Annotated[int, Query(ge=0, le=1000, description="page size (0: 100)")] = 0,
+    cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
+    newest: Annotated[
+        int | None, Query(ge=1, le=1000, description="the newest N instead, oldest first")
+    ] = None,
+) -> b.MessagePage:
+    """Messages oldest first after ``after_seq``, a page at a time; or the newest N."""
+    if newest is not None:
+        if cursor is not None or after_seq:
+            raise InvalidInput("newest: give newest, or after_seq and cursor, not both")
+        return b.MessagePage(items=await store.recent_messages(session_id, limit=newest))
+    if cursor is not None:
+        position = signer.open("messages", cursor)
+        if position.get("session_id") != session_id or not isinstance(position.get("seq"), int):
+            raise InvalidCursor("cursor: it continues another session's messages")
+        after_seq = position["seq"]
+    size = limit or 100
+    items = await store.list_messages(session_id, after_seq=after_seq, limit=size)
+    following = None
+    if len(items) == size:
+        following = signer.sign("messages", {"session_id": session_id, "seq": items[-1].seq})
+    return b.MessagePage(items=items, next_cursor=following)
+
+
+@router.post("/sessions/{session_id}/resume", tags=["operators"])
+async def resume(session_id: str, body: b.ResumeBody, store: StoreDep) -> Message:
+    """Answer a pending input; an answer its response schema refuses is 422."""
+    return await store.resume(session_id, body.interrupt_id, body.response, author=body.author)
+
+
+@router.post("/sessions/{session_id}/abort", tags=["operators"])
+async def abort_session(session_id: str, body: b.AbortBody, store: StoreDep) -> Session:
+    """Write a durable abort marker; pending inputs are cleared."""
+    return await store.abort_session(session_id, body.reason)
+
+
+@router.post("/sessions/{session_id}/fork", status_code=201, tags=["sessions"])
+async def fork_session(session_id: str, body: b.ForkBody, store: StoreDep) -> Session:
+    """A new session holding copies of messages 1 to ``through_seq`` (default: all)."""
+    return await store.fork_session(session_id, through_seq=body.through_seq, title=body.title)
+
+
+@router.post("/sessions/{session_id}/rewind", tags=["sessions"])
+async def rewind_session(session_id: str, body: b.RewindBody, store: StoreDep) -> Session:
+    """Delete the messages after ``to_seq``."""
+    return await store.rewind_session(session_id, to_seq=body.to_seq)
+
+
+@router.post("/agents/{agent_id}/resolve", tags=["sessions"])
+async def resolve_session(
+    agent_id: str, store: StoreDep, body: b.ResolveBody | None = None
+) -> Session:
+    """The session a run of the agent uses: named, keyed, or the default (created if absent)."""
+    body = body or b.ResolveBody()
+    return await store.resolve_session(agent_id, body.session_id, key=body.key)
+
+
+# --- scope state ------------------------------------------------------------------
+
+
+@router.get("/scope-data", tags=["scope"])
+async def get_scope_data(
+    store: StoreDep,
+    scope: Annotated[str | None, Query(description="the request's scope, above or beneath")] = None,
+) -> b.ScopeDataView:
+    """The state document stored at exactly ``scope``."""
+    target = current_scope() if scope is None else Scope.parse(scope)
+    return b.ScopeDataView(scope=target, data=await store.get_scope_data(str(target)))
+
+
+@router.patch("/scope-data", tags=["scope"])
+async def patch_scope_data(
+    patch: Annotated[dict[str, Any], Body(description="a JSON merge patch (RFC 7386)")],
+    store: StoreDep,
+    scope: PathQuery = None,
+) -> b.ScopeDataView:
+    """Merge a patch into the state document at ``scope``: null removes a key."""
+    target = current_scope() if scope is None else Scope.parse(scope)
+    return b.ScopeDataView(scope=target, data=await store.update_scope_data(patch, scope=target))
+
+
+@router.put("/scope-data", tags=["scope"])
+async def put_scope_data(
+    document: Annotated[dict[str, Any], Body(description="the whole document")],
+    store: StoreDep,
+    scope: PathQuery = None,
+) -> b.ScopeDataView:
+    """Replace the state document at ``scope``."""
+    target = current_scope() if scope is None else Scope.parse(scope)
+    data = await store.update_scope_data(document, scope=target, replace=True)
+    return b.ScopeDataView(scope=target, data=data)
+
+
+# --- a scope's lifecycle ----------------------------------------------------------
+
+
+@router.post("/scope/erase", tags=["scope"])
+async def erase_scope(store: StoreDep, body: b.EraseBody | None = None) -> ErasureReport:
+    """Remove everything at and beneath ``path`` (dry_run: count only)."""
+    body = body or b.EraseBody()
+    return await store.erase_scope(body.path, dry_run=body.dry_run)
+
+
+@router.get("/scope/erasures", tags=["scope"])
+async def list_erasures(store: StoreDep, path: PathQuery = None) -> b.ErasuresView:
+    """The receipts of erasures at or beneath ``path``, newest first."""
+    return b.ErasuresView(items=await store.list_erasures(path))
+
+
+@router.get(
+    "/scope/export",
+    tags=["scope"],
+    response_class=StreamingResponse,
+    responses={200: {"content": {NDJSON: {}}, "description": "JSON Lines, one record a line"}},
+)
+async def export_scope(store: StoreDep, path: PathQuery = None) -> StreamingResponse:
+    """Every record of ``path``'s subtree from one snapshot, as JSON Lines."""
+    records = store.export_scope(path)
+    first = await anext(records)  # refusals and an unreachable database answer before the 200
+
+    async def lines() -> AsyncIterator[bytes]:
+        yield orjson.dumps(first) + b"\n"
+        async for record in records:
+            yield orjson.dumps(record) + b"\n"
+
+    return StreamingResponse(lines(), media_type=NDJSON)
+
+
+@router.post(
+    "/scope/import",
+    tags=["scope"],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {NDJSON: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def import_scope(request: Request, store: StoreDep, into: PathQuery = None) -> ImportReport:
+    """Restore an export (JSON Lines), in one transaction; into: where its root goes."""
+    return await store.import_scope(_records(request), into=into)
+
+
+async def _records(request: Request) -> AsyncIterator[Any]:
+    """The body's JSON Lines as records, read as they arrive."""
+    rest = b""
+    number = 0
+    async for chunk in request.stream():
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            number += 1
+            if line.strip():
+                yield _record(line, number)
+    if rest.strip():
+        yield _record(rest, number + 1)
+
+
+def _record(line: bytes, number: int) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise InvalidInput(f"records: line {number} is not JSON") from None
+
+
+@router.get("/scope/retention-policy", tags=["scope"])
+async def get_retention_policy(store: StoreDep, path: PathQuery = None) -> b.RetentionPolicyView:
+    """The policy in force at ``path``: the nearest at or above it (null: none)."""
+    target = current_scope() if path is None else Scope.parse(path)
+    return b.RetentionPolicyView(path=target, policy=await store.get_retention_policy(target))
+
+
+@router.put("/scope/retention-policy", tags=["scope"])
+async def set_retention_policy(
+    body: b.RetentionPolicyBody, store: StoreDep, path: PathQuery = None
+) -> b.RetentionPolicyView:
+    """Set the policy of ``path``; durations as ISO 8601 (``P30D``)."""
+    target = current_scope() if path is None else Scope.parse(path)
+    await store.set_retention_policy(body.policy(), target)
+    return b.RetentionPolicyView(path=target, policy=await store.get_retention_policy(target))
+
+
+@router.delete("/scope/retention-policy", status_code=204, tags=["scope"])
+async def delete_retention_policy(store: StoreDep, path: PathQuery = None) -> Response:
+    """Remove the policy set at exactly ``path`` (a policy above may then govern it)."""
+    await store.set_retention_policy(None, path)
+    return Response(status_code=204)
+
+
+@router.post("/scope/retention/run", tags=["scope"])
+async def run_retention(store: StoreDep, body: b.RetentionRunBody | None = None) -> RetentionReport:
+    """Carry out the policies over ``path``'s sessions (dry_run: count only)."""
+    body = body or b.RetentionRunBody()
+    if body.path is None:
+        return await store.apply_retention(dry_run=body.dry_run)
+    with use_scope(body.path):  # narrowing only: outside the request's scope is 403
+        return await store.apply_retention(dry_run=body.dry_run)
