@@ -9,7 +9,9 @@ process list.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -48,6 +50,16 @@ def _url(args: argparse.Namespace) -> Iterator[str]:
         yield found
 
 
+def _log_access_to_stderr() -> None:
+    """Print the ``cortex.access`` logger's JSON lines, as they are, on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger("cortex.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API until SIGTERM or Ctrl-C; in-flight requests finish first."""
     key = _signing_key()
@@ -55,12 +67,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from cortex.server import create_app
 
+    if args.access_log:
+        _log_access_to_stderr()
     with _url(args) as url:
         app = create_app(
             url,
             signing_key=key,
             cors_origins=args.cors_origin or (),
             max_body_bytes=args.max_body_bytes,
+            telemetry=not args.no_metrics,
+            access_log=args.access_log,
         )
         config = uvicorn.Config(
             app,
@@ -69,6 +85,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.graceful_timeout,
             proxy_headers=False,
             server_header=False,
+            # cortex's JSON access log (--access-log) replaces uvicorn's plain one.
+            access_log=False,
         )
         uvicorn.Server(config).run()
     return EXIT_OK
@@ -111,6 +129,16 @@ def add_server_commands(
         type=float,
         default=30.0,
         help="seconds in-flight requests get to finish after SIGTERM (30)",
+    )
+    serve.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="serve no /metrics and make no spans (telemetry is on by default)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log one JSON line per request on stderr (method, route, status, duration, trace id)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -456,6 +456,7 @@ class Store:
             ),
         )
 
+    @observed
     @boundary
     async def get_session(self, session_id: SessionId) -> Session:
         """The session, if visible from the current scope.
@@ -574,6 +575,7 @@ class Store:
             next_cursor = SessionCursor(updated_at=last.updated_at, id=last.id, listing=listing)
         return SessionPage(items=items, next_cursor=next_cursor)
 
+    @observed
     @boundary
     async def count_sessions(self, filter: Filter = None) -> int:
         """How many sessions ``list_sessions`` would return without limit and offset."""

@@ -1,8 +1,9 @@
 """``create_app``: cortex's HTTP API as one ASGI app (FastAPI), for ``cortex serve`` or a host.
 
-Layers, outermost first: CORS (only when configured), the body bound,
-token verification with the scope bound (cortex.server.auth), then
-FastAPI's routing. Every error is a problem details document (RFC 9457);
+Layers, outermost first: CORS (only when configured), telemetry (a span
+and metrics per request; off with ``telemetry=False``), the host's
+middleware, the body bound, token verification with the scope bound
+(cortex.server.auth), then FastAPI's routing. Every error is a problem details document (RFC 9457);
 an unexpected one says nothing of its cause.
 """
 
@@ -12,7 +13,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from fastapi import FastAPI, Request
@@ -22,6 +23,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from sqlalchemy.engine import URL
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 
 from cortex._db.engine import SCHEMA_REVISION, check_schema
 from cortex._version import __version__
@@ -35,6 +37,10 @@ from cortex.server.cursors import CursorSigner, InvalidCursor
 from cortex.server.routes import router
 from cortex.store import Store, open_store
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
+
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_IMPORT_BYTES", "create_app"]
 
 log = logging.getLogger("cortex.server")
@@ -42,6 +48,7 @@ log = logging.getLogger("cortex.server")
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 DEFAULT_MAX_IMPORT_BYTES: Final = 256 * 1024 * 1024
 IMPORT_PATH: Final = "/v1/scope/import"
+METRICS_PATH: Final = "/metrics"
 OPEN_PATHS: Final = frozenset({"/v1/openapi.json", "/v1/docs", "/v1/docs/oauth2-redirect"})
 
 # The problems every /v1 route may answer, for the OpenAPI document.
@@ -62,10 +69,16 @@ _PROBLEMS: Final = {
 class StoreHolder:
     """The app's store: given by the host, or opened from a URL (again, until it opens)."""
 
-    def __init__(self, store_or_url: Store | str | URL, pool_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        store_or_url: Store | str | URL,
+        pool_options: dict[str, Any],
+        on_open: Callable[[Store], None] | None = None,
+    ) -> None:
         self._store = store_or_url if isinstance(store_or_url, Store) else None
         self._url = None if isinstance(store_or_url, Store) else store_or_url
         self._pool_options = pool_options
+        self._on_open = on_open
         self._lock = anyio.Lock()
         self.signer: CursorSigner
 
@@ -86,7 +99,10 @@ class StoreHolder:
         async with self._lock:
             if self._store is None:
                 assert self._url is not None  # a store or a URL was given
-                self._store = await open_store(self._url, **self._pool_options)
+                store = await open_store(self._url, **self._pool_options)
+                if self._on_open is not None:
+                    self._on_open(store)
+                self._store = store
             return self._store
 
     async def close(self) -> None:
@@ -158,6 +174,11 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_import_bytes: int = DEFAULT_MAX_IMPORT_BYTES,
     middleware: Iterable[Callable[[ASGIApp], ASGIApp]] = (),
+    telemetry: bool = True,
+    access_log: bool = False,
+    record_scope: bool = False,
+    registry: CollectorRegistry | None = None,
+    tracer_provider: TracerProvider | None = None,
     **pool_options: Any,
 ) -> FastAPI:
     """Cortex's HTTP API on a store (the host's, which it keeps) or a URL (opened and closed here).
@@ -174,14 +195,37 @@ def create_app(
         max_import_bytes: the same, for ``POST /v1/scope/import``.
         middleware: ASGI middleware factories wrapped around the API (each
             ``factory(app) -> app``, the first outermost): where a host adds
-            telemetry.
+            their own middleware.
+        telemetry: a server span per request (continuing the caller's
+            ``traceparent``) and request metrics, Prometheus's ``/metrics``
+            (no token), and spans and metrics for each call of a store the
+            app opens (a host's store keeps the host's choice:
+            :func:`cortex.telemetry.instrument`). Spans go nowhere until
+            OpenTelemetry is configured (``tracer_provider``, or the
+            global one ``opentelemetry-instrument`` installs).
+        access_log: one JSON line per request on the ``cortex.access`` logger.
+        record_scope: put the scope path (tenant data) on each store span.
+        registry: the Prometheus registry (default: prometheus_client's global one).
+        tracer_provider: where spans go (default: OpenTelemetry's global provider).
         pool_options: for ``cortex.connect`` when a URL is given.
 
     Raises:
         InvalidInput: the signing key is missing, short or of an unknown kind.
     """
     key = signing_key if isinstance(signing_key, SigningKey) else SigningKey.parse(signing_key)
-    holder = StoreHolder(store_or_url, pool_options)
+    on_open: Callable[[Store], None] | None = None
+    if telemetry:
+        from cortex.telemetry import instrument
+
+        def on_open(store: Store) -> None:
+            instrument(
+                store,
+                tracer_provider=tracer_provider,
+                registry=registry,
+                record_scope=record_scope,
+            )
+
+    holder = StoreHolder(store_or_url, pool_options, on_open)
     holder.signer = CursorSigner(cursor_key or key.secret or secrets.token_bytes(32))
 
     @asynccontextmanager
@@ -213,12 +257,32 @@ def create_app(
     _install_handlers(app)
     _add_health(app, holder)
     app.include_router(router)
+    if telemetry:
+        from cortex.telemetry import metrics_app
+
+        app.router.routes.append(Route(METRICS_PATH, metrics_app(registry), methods=["GET"]))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     # Added innermost first: Starlette puts the last one added outermost.
     app.add_middleware(AuthMiddleware, key=key, open_paths=OPEN_PATHS)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, max_import_bytes=max_import_bytes)
     for factory in reversed(list(middleware)):
         app.add_middleware(_Wrapped, factory=factory)
+    if telemetry or access_log:
+        from cortex.telemetry import TelemetryMiddleware
+
+        if not telemetry:
+            # An access log alone: its metrics go to a registry nobody serves, its spans nowhere.
+            from opentelemetry.trace import NoOpTracerProvider
+            from prometheus_client import CollectorRegistry
+
+            registry, tracer_provider = CollectorRegistry(), NoOpTracerProvider()
+        app.add_middleware(
+            TelemetryMiddleware,
+            registry=registry,
+            tracer_provider=tracer_provider,
+            access_log=access_log,
+            exclude_paths={METRICS_PATH},
+        )
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -99,9 +100,9 @@ async def _wait_for_lock(owner_url: str, role: str) -> None:
         await conn.close()
 
 
-def _serve(database: Database, port: int) -> subprocess.Popen[bytes]:
+def _serve(database: Database, port: int, *flags: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [str(BIN), "serve", "--port", str(port)],
+        [str(BIN), "serve", "--port", str(port), *flags],
         env=_env(CORTEX_DATABASE_URL=database.app_url, CORTEX_SIGNING_KEY=KEY),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -185,3 +186,47 @@ async def test_readyz_is_503_behind_the_revision_or_unreachable(own_database: Da
             assert down.status_code == 503
             assert down.json()["title"] == "DatabaseUnavailable"
             assert (await c.get("/healthz")).status_code == 200
+
+
+async def _started(c: httpx.AsyncClient) -> None:
+    for _ in range(300):
+        try:
+            if (await c.get("/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("cortex serve did not start")
+
+
+async def _serve_once(database: Database, *flags: str) -> tuple[httpx.Response, str]:
+    """Start `cortex serve` with ``flags``, ask for /healthz and /metrics, stop it: what it printed."""
+    port = free_port()
+    server = _serve(database, port, *flags)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
+            await _started(c)
+            metrics = await c.get("/metrics")
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        assert server.stdout is not None
+        printed = server.stdout.read().decode()
+        server.stdout.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return metrics, printed
+
+
+async def test_serve_has_metrics_and_no_access_log_by_default(database: Database) -> None:
+    metrics, printed = await _serve_once(database)
+    assert metrics.status_code == 200
+    assert "cortex_http_requests_total" in metrics.text
+    assert '"route"' not in printed
+
+
+async def test_serve_no_metrics_and_access_log(database: Database) -> None:
+    metrics, printed = await _serve_once(database, "--no-metrics", "--access-log")
+    assert metrics.status_code == 404
+    lines = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    assert any(line["route"] == "/healthz" and line["status"] == 200 for line in lines)
