@@ -20,7 +20,9 @@ floor, with the schema as built and without each group) and ``lifecycle``
 while probes write beside it: rates, the export's peak RSS, the neighbours'
 latencies and the longest lock wait) and ``retention`` (one retention run over a
 subtree of ``--n`` messages, default 100,000: erasing idle sessions and trimming
-long ones, beside a probe's appends). The database server
+long ones, beside a probe's appends) and ``server`` (appends and listing pages
+through ``cortex serve`` in a subprocess, from ``--concurrency`` HTTP workers,
+beside the same calls on the Store; needs the server's dependencies). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -47,7 +49,16 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle", "retention")
+SEPARATE = (
+    "migration",
+    "memory",
+    "cpu",
+    "indexes",
+    "filters",
+    "lifecycle",
+    "retention",
+    "server",
+)
 
 
 @contextmanager
@@ -108,6 +119,16 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import lifecycle
 
         return lifecycle.Params(messages=args.n or (20_000 if quick else 200_000))
+    if scenario == "server":
+        from benchmarks import server
+
+        return server.Params(
+            n=args.n or (400 if quick else 4000),
+            concurrency=c,
+            sessions=200 if quick else 1000,
+            messages=200 if quick else 500,
+            repeats=40 if quick else 400,
+        )
     if scenario == "retention":
         messages = args.n or (20_000 if quick else 100_000)
         return retention.Params(messages=messages, sessions=max(1, messages // 100))
@@ -213,6 +234,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import lifecycle
 
             modules["lifecycle"] = lifecycle
+        if scenario == "server":
+            from benchmarks import server as http_server
+
+            modules["server"] = http_server
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
