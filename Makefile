@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 # The documentation site needs mkdocs and its plugins (the extra `docs`).
 DOCS_STAMP := $(VENV)/.installed-docs
+# The HTTP API's property-based fuzzer (tests/integration/test_server_fuzz.py), installed
+# without its dependencies: it pins an older jsonschema-rs than cortex (the dev extra lists the rest).
+SCHEMATHESIS := 4.32.5
 
 .PHONY: venv demo test lint docs check reliability clean
 
@@ -15,6 +18,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps "schemathesis==$(SCHEMATHESIS)"
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml

@@ -22,7 +22,9 @@ latencies and the longest lock wait) and ``retention`` (one retention run over a
 subtree of ``--n`` messages, default 100,000: erasing idle sessions and trimming
 long ones, beside a probe's appends) and ``telemetry`` (``get_session`` in a loop
 with cortex.telemetry off, with metrics, and with spans and metrics, beside the
-call as it was before telemetry existed). The database server
+call as it was before telemetry existed) and ``server`` (appends and listing
+pages through ``cortex serve`` in a subprocess, from ``--concurrency`` HTTP
+workers, beside the same calls on the Store). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -58,6 +60,7 @@ SEPARATE = (
     "lifecycle",
     "retention",
     "telemetry",
+    "server",
 )
 
 
@@ -123,6 +126,16 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import telemetry
 
         return telemetry.Params(n=args.n or (300 if quick else 2000), blocks=4 if quick else 20)
+    if scenario == "server":
+        from benchmarks import server
+
+        return server.Params(
+            n=args.n or (400 if quick else 4000),
+            concurrency=c,
+            sessions=200 if quick else 1000,
+            messages=200 if quick else 500,
+            repeats=40 if quick else 400,
+        )
     if scenario == "retention":
         messages = args.n or (20_000 if quick else 100_000)
         return retention.Params(messages=messages, sessions=max(1, messages // 100))
@@ -232,6 +245,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import telemetry
 
             modules["telemetry"] = telemetry
+        if scenario == "server":
+            from benchmarks import server as http_server
+
+            modules["server"] = http_server
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {

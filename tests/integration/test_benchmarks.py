@@ -254,3 +254,32 @@ def test_telemetry_measures_every_side_in_the_loop_and_in_process(
     assert sides == [*loop, *(f"in process: {s}" for s in loop)]
     for result in report["results"]:
         assert result.get("median_us_per_call", result.get("cpu_ns_per_call", 0)) > 0
+
+
+def test_server_sets_http_calls_beside_the_store(server_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "server.json"
+    args = ["server", "--quick", "--n", "40", "--concurrency", "2", "--dsn", server_url]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "server"
+    assert report["invariants_ok"] is True  # every counter equals its rows after the appends
+    assert [line["name"] for line in report["results"]] == [
+        "append one message, 2 workers",
+        "a page of 50 sessions, one call at a time",
+        "a page of 50 sessions, 2 workers",
+        "a page of 100 messages, one call at a time",
+        "a page of 100 messages, 2 workers",
+    ]
+    for line in report["results"]:
+        for side in (line["http"], line["store"]):
+            assert side["ops"] > 0
+            assert side["p99_ms"] >= side["p50_ms"] > 0
+        if line["kind"] == "throughput":
+            assert line["ratio"] == pytest.approx(
+                line["http"]["ops_per_s"] / line["store"]["ops_per_s"]
+            )
+        else:
+            assert line["ratio"] == pytest.approx(line["http"]["p50_ms"] / line["store"]["p50_ms"])
+        assert line["meets_target"] in (True, False)
+        assert line["server_cpu_us_per_call"] >= 0
+    assert not out.with_suffix(".png").exists()  # a table, no chart

@@ -44,3 +44,8 @@ def test_test_passes_pytest_args_through(tmp_path: Path) -> None:
         check=True,
     )
     assert "python -m pytest -m 'not slow'" in done.stdout
+
+
+def test_venv_installs_schemathesis_without_its_jsonschema_rs_pin(tmp_path: Path) -> None:
+    plan = _plan("venv", tmp_path / "venv")
+    assert '--no-deps "schemathesis==' in plan
