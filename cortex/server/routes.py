@@ -3,6 +3,12 @@
 Routes stay thin: parse, call one Store method, shape the answer. Every
 refusal is the store's own CortexError, answered as problem details by
 cortex.server.app.
+
+Dependencies are ``async def``: FastAPI runs a plain ``def`` one in its
+thread pool, a hop per request. The busiest routes return their model as
+a :class:`JSONModel` response, serialized once by pydantic-core, instead of
+letting FastAPI validate the model again before encoding it; their
+``response_model`` keeps the OpenAPI document exact.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from cortex._calls.sessions import listing_digest
 from cortex.errors import InvalidInput
@@ -45,9 +52,20 @@ async def _store(request: Request) -> Store:
     return store
 
 
-def _signer(request: Request) -> CursorSigner:
+async def _signer(request: Request) -> CursorSigner:
     signer: CursorSigner = request.app.state.cortex.signer
     return signer
+
+
+class JSONModel(Response):
+    """A pydantic model as JSON, serialized by pydantic-core in one pass."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        if isinstance(content, BaseModel):
+            return content.__pydantic_serializer__.to_json(content)
+        return orjson.dumps(content)
 
 
 StoreDep = Annotated[Store, Depends(_store)]
@@ -59,7 +77,7 @@ router = APIRouter(prefix="/v1")
 # --- listing parameters -----------------------------------------------------------
 
 
-def _filter(
+async def _filter(
     agent_id: Annotated[str | None, Query(description="only this agent's sessions")] = None,
     exact: Annotated[bool, Query(description="only sessions at exactly this scope")] = False,
     default_only: Annotated[bool, Query(description="only default sessions")] = False,
@@ -105,10 +123,10 @@ PathQuery = Annotated[
 # --- sessions ---------------------------------------------------------------------
 
 
-@router.post("/sessions", status_code=201, tags=["sessions"])
-async def create_session(body: b.CreateSessionBody, store: StoreDep) -> Session:
+@router.post("/sessions", status_code=201, tags=["sessions"], response_model=Session)
+async def create_session(body: b.CreateSessionBody, store: StoreDep) -> Response:
     """Create a session at exactly the request's scope."""
-    return await store.create_session(
+    created = await store.create_session(
         body.agent_id,
         title=body.title,
         metadata=body.metadata,
@@ -117,16 +135,17 @@ async def create_session(body: b.CreateSessionBody, store: StoreDep) -> Session:
         key=body.key,
         data=body.data,
     )
+    return JSONModel(created, status_code=201)
 
 
-@router.get("/sessions", tags=["sessions"])
+@router.get("/sessions", tags=["sessions"], response_model=b.SessionPageView)
 async def list_sessions(
     flt: FilterDep,
     store: StoreDep,
     signer: SignerDep,
     limit: Annotated[int, Query(ge=0, le=1000, description="page size (0: 50)")] = 0,
     cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
-) -> b.SessionPageView:
+) -> Response:
     """Visible sessions, newest activity first, a page at a time (keyset cursors)."""
     flt.limit = limit
     position = None
@@ -143,11 +162,13 @@ async def list_sessions(
             raise InvalidCursor("cursor: it continues another listing (another scope or filter)")
     page = await store.list_sessions_page(flt, cursor=position)
     following = page.next_cursor
-    return b.SessionPageView(
-        items=page.items,
-        next_cursor=None
-        if following is None
-        else signer.sign("sessions", following.model_dump(mode="json")),
+    return JSONModel(
+        b.SessionPageView(
+            items=page.items,
+            next_cursor=None
+            if following is None
+            else signer.sign("sessions", following.model_dump(mode="json")),
+        )
     )
 
 
@@ -157,10 +178,10 @@ async def count_sessions(flt: FilterDep, store: StoreDep) -> b.CountView:
     return b.CountView(count=await store.count_sessions(flt))
 
 
-@router.get("/sessions/{session_id}", tags=["sessions"])
-async def get_session(session_id: str, store: StoreDep) -> Session:
+@router.get("/sessions/{session_id}", tags=["sessions"], response_model=Session)
+async def get_session(session_id: str, store: StoreDep) -> Response:
     """The session, if visible from the request's scope (404 otherwise, another tenant's too)."""
-    return await store.get_session(session_id)
+    return JSONModel(await store.get_session(session_id))
 
 
 @router.patch("/sessions/{session_id}", tags=["sessions"])
@@ -190,16 +211,21 @@ async def inspect_session(session_id: str, store: StoreDep) -> SessionDetail:
 # --- messages ---------------------------------------------------------------------
 
 
-@router.post("/sessions/{session_id}/messages", status_code=201, tags=["messages"])
-async def append_messages(session_id: str, body: b.AppendBody, store: StoreDep) -> b.MessagesView:
+@router.post(
+    "/sessions/{session_id}/messages",
+    status_code=201,
+    tags=["messages"],
+    response_model=b.MessagesView,
+)
+async def append_messages(session_id: str, body: b.AppendBody, store: StoreDep) -> Response:
     """Append messages in one transaction; a retry with the same message ids writes nothing."""
     stored = await store.append_messages(
         session_id, body.messages, data=body.data, expected_count=body.expected_count
     )
-    return b.MessagesView(items=stored)
+    return JSONModel(b.MessagesView(items=stored), status_code=201)
 
 
-@router.get("/sessions/{session_id}/messages", tags=["messages"])
+@router.get("/sessions/{session_id}/messages", tags=["messages"], response_model=b.MessagePage)
 async def list_messages(
     session_id: str,
     store: StoreDep,
@@ -210,12 +236,12 @@ async def list_messages(
     newest: Annotated[
         int | None, Query(ge=1, le=1000, description="the newest N instead, oldest first")
     ] = None,
-) -> b.MessagePage:
+) -> Response:
     """Messages oldest first after ``after_seq``, a page at a time; or the newest N."""
     if newest is not None:
         if cursor is not None or after_seq:
             raise InvalidInput("newest: give newest, or after_seq and cursor, not both")
-        return b.MessagePage(items=await store.recent_messages(session_id, limit=newest))
+        return JSONModel(b.MessagePage(items=await store.recent_messages(session_id, limit=newest)))
     if cursor is not None:
         position = signer.open("messages", cursor)
         if position.get("session_id") != session_id or not isinstance(position.get("seq"), int):
@@ -226,7 +252,7 @@ async def list_messages(
     following = None
     if len(items) == size:
         following = signer.sign("messages", {"session_id": session_id, "seq": items[-1].seq})
-    return b.MessagePage(items=items, next_cursor=following)
+    return JSONModel(b.MessagePage(items=items, next_cursor=following))
 
 
 @router.post("/sessions/{session_id}/resume", tags=["operators"])
