@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     PrivateAttr,
     Strict,
     ValidationError,
@@ -981,10 +982,37 @@ def _idle_period(value: timedelta) -> timedelta:
         raise ValueError(f"a positive duration, got {value}")
     if value > MAX_IDLE:
         raise ValueError(f"at most {MAX_IDLE.days:,} days, got {value}")
+    if value.microseconds:
+        raise ValueError(f"whole seconds, got {value}")
     return value
 
 
-IdlePeriod = Annotated[timedelta, Strict(), AfterValidator(_idle_period)]
+def _rfc3339_duration(value: timedelta) -> str:
+    """``value`` in RFC 3339's duration grammar (Appendix A), which has no years nor fractions.
+
+    pydantic's own ISO 8601 form may start with years (``P13Y169D``), which
+    a JSON Schema ``format: duration`` check refuses.
+    """
+    hours, rest = divmod(value.seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"P{value.days}D" if value.days else "P"
+    if hours:
+        # The grammar lets an hour be followed by minutes only, and minutes by seconds only.
+        text += f"T{hours}H" + (f"{minutes}M" if minutes or seconds else "")
+        text += f"{seconds}S" if seconds else ""
+    elif minutes:
+        text += f"T{minutes}M" + (f"{seconds}S" if seconds else "")
+    elif seconds:
+        text += f"T{seconds}S"
+    return text
+
+
+IdlePeriod = Annotated[
+    timedelta,
+    Strict(),
+    AfterValidator(_idle_period),
+    PlainSerializer(_rfc3339_duration, return_type=str, when_used="json"),
+]
 KeepCount = Annotated[int, Strict(), Field(ge=1, le=INT4_MAX)]
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from cortex import (
     ListFilter,
     NewMessage,
     RequestedInput,
+    RetentionPolicy,
     Scope,
     Session,
     SessionState,
@@ -297,3 +298,25 @@ def test_a_list_filter_round_trips_as_json_and_keeps_its_instants() -> None:
     assert flt.created_after is not None
     assert flt.created_after.tzinfo is UTC
     assert ListFilter(metadata={}).metadata_pairs == ListFilter().metadata_pairs == ()
+
+
+@pytest.mark.parametrize(
+    ("period", "text"),
+    [
+        (timedelta(weeks=702), "P4914D"),
+        (timedelta(hours=1, seconds=5), "PT1H0M5S"),
+        (timedelta(days=1, hours=2, minutes=3, seconds=4), "P1DT2H3M4S"),
+        (timedelta(minutes=3), "PT3M"),
+        (timedelta(seconds=9), "PT9S"),
+    ],
+)
+def test_an_idle_period_is_written_as_an_rfc3339_duration(period: timedelta, text: str) -> None:
+    policy = RetentionPolicy(delete_idle_after=period)
+    assert policy.model_dump(mode="json")["delete_idle_after"] == text
+    assert RetentionPolicy.model_validate_json(policy.model_dump_json()) == policy
+    assert policy.model_dump()["delete_idle_after"] == period
+
+
+def test_an_idle_period_is_whole_seconds() -> None:
+    with pytest.raises(InvalidInput, match="whole seconds"):
+        RetentionPolicy(delete_idle_after=timedelta(seconds=1.5))
