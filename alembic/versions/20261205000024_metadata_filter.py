@@ -24,7 +24,9 @@ revision adds:
 - ``cortex_metadata_ids(tenant, filter, cap)``: a ``SECURITY DEFINER``
   function returning the ids of the bound tenant's sessions whose pairs
   contain the filter's (array containment, exact on the index: no recheck),
-  or NULL when more than ``cap`` do. Row-level security keeps the
+  or NULL when more than ``cap`` do, or when the planner's estimate from the
+  index's statistics says so (a GIN scan reads every match: a common value
+  is never probed). Row-level security keeps the
   application role's planner from running the non-leakproof ``@>`` inside
   the index, as for search (revision 20261015000007). Like
   ``cortex_tenant_search`` it answers only for the tenant bound to the
@@ -72,7 +74,10 @@ DEFINITION: Final = (
 
 # search_path pinned with pg_temp last, every object schema-qualified, the
 # schema resolved by the server when the migration runs (online and offline).
-# The pairs' COST keeps a planner from computing them on each row it walks.
+# The pairs' COST keeps a planner from computing them on each row it walks;
+# the tenant's comparison in another (byte-order) collation than the column's
+# keeps it out of the tenant-led trigram indexes, whose bitmap of every row of
+# the tenant cost more than the candidates it narrowed.
 FUNCTIONS: Final = """
 DO $migration$
 BEGIN
@@ -99,21 +104,37 @@ BEGIN
     EXECUTE pg_catalog.format($function$
         CREATE OR REPLACE FUNCTION %1$I.cortex_metadata_ids(tenant text, filter jsonb, cap integer)
         RETURNS uuid[]
-        LANGUAGE plpgsql STABLE SECURITY DEFINER
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         SET plan_cache_mode = force_custom_plan
         SET enable_seqscan = off
         SET enable_indexscan = off
+        SET max_parallel_workers_per_gather = 0
         AS $body$
         DECLARE
             found uuid[];
+            plan json;
         BEGIN
             IF tenant IS DISTINCT FROM pg_catalog.current_setting('cortex.tenant', true) THEN
                 RETURN '{}';
             END IF;
+            -- The planner's estimate, from the index's statistics: a GIN scan
+            -- reads every match, so a filter expected to match more than cap
+            -- is not probed at all (EXPLAIN makes the function VOLATILE).
+            EXECUTE pg_catalog.format(
+                'EXPLAIN (FORMAT JSON) SELECT 1 FROM %1$I.sessions AS s'
+                ' WHERE COALESCE(s.metadata_json::text, s.metadata::text)'
+                ' OPERATOR(pg_catalog.<>) ''{}'''
+                ' AND %1$I.cortex_metadata_pairs(s.tenant_id, s.metadata_json, s.metadata)'
+                ' OPERATOR(pg_catalog.@>) %%L::bigint[]',
+                %1$I.cortex_metadata_pairs(tenant, NULL, filter)
+            ) INTO plan;
+            IF (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8 OPERATOR(pg_catalog.>) cap THEN
+                RETURN NULL;
+            END IF;
             found := ARRAY(
                 SELECT s.id FROM %1$I.sessions AS s
-                WHERE s.tenant_id OPERATOR(pg_catalog.=) tenant
+                WHERE s.tenant_id OPERATOR(pg_catalog.=) (tenant COLLATE "POSIX")
                   AND COALESCE(s.metadata_json::text, s.metadata::text)
                       OPERATOR(pg_catalog.<>) '{}'
                   AND %1$I.cortex_metadata_pairs(s.tenant_id, s.metadata_json, s.metadata)

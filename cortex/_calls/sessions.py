@@ -54,6 +54,8 @@ from cortex._sql.params import (
     TARGET_SCOPE,
 )
 from cortex._sql.predicates import (
+    METADATA_CANDIDATES,
+    METADATA_COUNT_CANDIDATES,
     FilterShape,
     cursor_params,
     depth_class,
@@ -329,12 +331,19 @@ async def count_sessions(
     conn: Tx, scope: Scope, flt: ListFilter, *, distributed: bool = False
 ) -> int:
     """How many sessions the listing would return without limit or offset."""
-    shape, params = await _filter_params(conn, scope, flt, distributed)
+    shape, params = await _filter_params(
+        conn, scope, flt, distributed, cap=METADATA_COUNT_CANDIDATES
+    )
     return int((await conn.execute(sql.count_statement(shape), params)).scalar_one())
 
 
 async def _filter_params(
-    conn: Tx, scope: Scope, flt: ListFilter, distributed: bool
+    conn: Tx,
+    scope: Scope,
+    flt: ListFilter,
+    distributed: bool,
+    *,
+    cap: int = METADATA_CANDIDATES,
 ) -> tuple[FilterShape, dict[str, Any]]:
     """The listing's shape and bind values, after the candidates some filters look up first.
 
@@ -351,7 +360,8 @@ async def _filter_params(
         params[SEARCH_IDS] = found
     if uses_metadata_candidates(shape):
         statement = metadata_candidates_statement()
-        ids = (await conn.execute(statement, metadata_candidate_params(scope, flt))).scalar_one()
+        given = metadata_candidate_params(scope, flt, cap)
+        ids = (await conn.execute(statement, given)).scalar_one()
         if ids is not None:
             params[METADATA_IDS] = ids
             shape = with_candidates(shape)

@@ -56,6 +56,8 @@ from cortex.models import ListFilter, SessionState
 from cortex.scope import SEPARATOR, Scope
 
 __all__ = [
+    "METADATA_CANDIDATES",
+    "METADATA_COUNT_CANDIDATES",
     "ORDER",
     "FilterShape",
     "after_cursor",
@@ -257,9 +259,12 @@ def metadata_clause(i: int) -> ColumnElement[bool]:
     return stored == sa.cast(text_param(row_name(METADATA_VALUE, i)), JSONB())
 
 
-# At most this many candidates are bound; a filter with more is checked on
-# the listing walk instead, which finds a page within a few rows of it.
-METADATA_CANDIDATES: Final = 4000
+# At most this many candidates are bound for a page: each is a row read at
+# a random place in the heap, where the listing walk reads rows in order, so
+# a filter with more is checked on the walk instead (docs/benchmarks.md).
+METADATA_CANDIDATES: Final = 500
+# For a count, which otherwise reads every row of the subtree.
+METADATA_COUNT_CANDIDATES: Final = 100_000
 
 
 def uses_metadata_candidates(shape: FilterShape) -> bool:
@@ -276,7 +281,9 @@ def with_candidates(shape: FilterShape) -> FilterShape:
     return FilterShape(*shape[:-1], candidates=True)
 
 
-def metadata_candidate_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
+def metadata_candidate_params(
+    scope: Scope, flt: ListFilter, cap: int = METADATA_CANDIDATES
+) -> dict[str, Any]:
     """Bind values for :func:`metadata_candidates_statement`: the tenant, the filter as one JSON object."""
     pairs = ",".join(
         f"{json.dumps(key, ensure_ascii=False)}:{value}" for key, value in flt.metadata_pairs
@@ -284,7 +291,7 @@ def metadata_candidate_params(scope: Scope, flt: ListFilter) -> dict[str, Any]:
     return {
         scope_tenant_param().key: scope.tenant,
         METADATA_FILTER: "{" + pairs + "}",
-        METADATA_CAP: METADATA_CANDIDATES,
+        METADATA_CAP: cap,
     }
 
 

@@ -93,21 +93,37 @@ BEGIN
     EXECUTE pg_catalog.format($function$
         CREATE OR REPLACE FUNCTION %1$I.cortex_metadata_ids(tenant text, filter jsonb, cap integer)
         RETURNS uuid[]
-        LANGUAGE plpgsql STABLE SECURITY DEFINER
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         SET plan_cache_mode = force_custom_plan
         SET enable_seqscan = off
         SET enable_indexscan = off
+        SET max_parallel_workers_per_gather = 0
         AS $body$
         DECLARE
             found uuid[];
+            plan json;
         BEGIN
             IF tenant IS DISTINCT FROM pg_catalog.current_setting('cortex.tenant', true) THEN
                 RETURN '{}';
             END IF;
+            -- The planner's estimate, from the index's statistics: a GIN scan
+            -- reads every match, so a filter expected to match more than cap
+            -- is not probed at all (EXPLAIN makes the function VOLATILE).
+            EXECUTE pg_catalog.format(
+                'EXPLAIN (FORMAT JSON) SELECT 1 FROM %1$I.sessions AS s'
+                ' WHERE COALESCE(s.metadata_json::text, s.metadata::text)'
+                ' OPERATOR(pg_catalog.<>) ''{}'''
+                ' AND %1$I.cortex_metadata_pairs(s.tenant_id, s.metadata_json, s.metadata)'
+                ' OPERATOR(pg_catalog.@>) %%L::bigint[]',
+                %1$I.cortex_metadata_pairs(tenant, NULL, filter)
+            ) INTO plan;
+            IF (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8 OPERATOR(pg_catalog.>) cap THEN
+                RETURN NULL;
+            END IF;
             found := ARRAY(
                 SELECT s.id FROM %1$I.sessions AS s
-                WHERE s.tenant_id OPERATOR(pg_catalog.=) tenant
+                WHERE s.tenant_id OPERATOR(pg_catalog.=) (tenant COLLATE "POSIX")
                   AND COALESCE(s.metadata_json::text, s.metadata::text)
                       OPERATOR(pg_catalog.<>) '{}'
                   AND %1$I.cortex_metadata_pairs(s.tenant_id, s.metadata_json, s.metadata)
