@@ -26,7 +26,10 @@ revision adds:
   contain the filter's (array containment, exact on the index: no recheck),
   or NULL when more than ``cap`` do, or when the planner's estimate from the
   index's statistics says so (a GIN scan reads every match: a common value
-  is never probed). Row-level security keeps the
+  is never probed). Extended statistics on the pairs
+  (``cortex_sessions_metadata_pairs``) give that estimate its common values:
+  the planner keeps none for a partial index's expression. They fill at the
+  next ANALYZE (autovacuum's, or one run by hand after the upgrade). Row-level security keeps the
   application role's planner from running the non-leakproof ``@>`` inside
   the index, as for search (revision 20261015000007). Like
   ``cortex_tenant_search`` it answers only for the tenant bound to the
@@ -46,7 +49,7 @@ table), the index is built ``CONCURRENTLY``; a run killed before the end
 runs again from the top (an invalid index is rebuilt). On Citus the
 functions propagate to every node and the index is built on every shard.
 
-Downgrade drops the index and both functions. Nothing is lost.
+Downgrade drops the statistics, the index and both functions. Nothing is lost.
 """
 
 from collections.abc import Sequence
@@ -65,6 +68,13 @@ depends_on: str | Sequence[str] | None = None
 safe_with_code_from: str = "20261201000009"
 
 INDEX: Final = "ix_sessions_metadata_pairs"
+# The planner keeps no statistics of a partial index's expressions; these give
+# cortex_metadata_ids' estimate the pairs' most common values.
+STATISTICS: Final = "cortex_sessions_metadata_pairs"
+CREATE_STATISTICS: Final = (
+    f"CREATE STATISTICS IF NOT EXISTS {STATISTICS}"
+    " ON (public.cortex_metadata_pairs(tenant_id, metadata_json, metadata)) FROM sessions"
+)
 # What a session's metadata reads as (cortex._sql.sessions.METADATA_TEXT) is not {}.
 HAS_METADATA: Final = "COALESCE((metadata_json)::text, (metadata)::text) <> '{}'::text"
 DEFINITION: Final = (
@@ -166,6 +176,7 @@ def upgrade() -> None:
     op.execute(FUNCTIONS)
     with op.get_context().autocommit_block():
         ddl.create_index(INDEX, DEFINITION)
+        ddl.run(CREATE_STATISTICS)
 
 
 def data_loss(bind: Connection) -> list[str]:
@@ -174,6 +185,7 @@ def data_loss(bind: Connection) -> list[str]:
 
 
 def downgrade() -> None:
+    op.execute(f"DROP STATISTICS IF EXISTS {STATISTICS}")
     with op.get_context().autocommit_block():
         ddl.drop_index(INDEX)
     op.execute("DROP FUNCTION IF EXISTS cortex_metadata_ids(text, jsonb, integer)")

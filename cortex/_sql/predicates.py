@@ -262,7 +262,7 @@ def metadata_clause(i: int) -> ColumnElement[bool]:
 # At most this many candidates are bound for a page: each is a row read at
 # a random place in the heap, where the listing walk reads rows in order, so
 # a filter with more is checked on the walk instead (docs/benchmarks.md).
-METADATA_CANDIDATES: Final = 500
+METADATA_CANDIDATES: Final = 1000
 # For a count, which otherwise reads every row of the subtree.
 METADATA_COUNT_CANDIDATES: Final = 100_000
 

@@ -1,5 +1,7 @@
 -- Running downgrade 20261205000024 -> 20261205000023
 
+DROP STATISTICS IF EXISTS cortex_sessions_metadata_pairs;
+
 COMMIT;
 
 DROP INDEX CONCURRENTLY IF EXISTS ix_sessions_metadata_pairs;

@@ -197,6 +197,8 @@ $check$;
 
 CREATE INDEX CONCURRENTLY ix_sessions_metadata_pairs ON sessions USING gin (public.cortex_metadata_pairs(tenant_id, metadata_json, metadata)) WHERE COALESCE((metadata_json)::text, (metadata)::text) <> '{}'::text;
 
+CREATE STATISTICS IF NOT EXISTS cortex_sessions_metadata_pairs ON (public.cortex_metadata_pairs(tenant_id, metadata_json, metadata)) FROM sessions;
+
 BEGIN;
 
 UPDATE alembic_version SET version_num='20261205000024' WHERE alembic_version.version_num = '20261205000023';
