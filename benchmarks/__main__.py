@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import append, listing, memory, migration, resolve, retention
-from benchmarks._common import bench_database, server_facts
+from benchmarks._common import bench_database, kept_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
@@ -62,6 +62,8 @@ SEPARATE = (
     "telemetry",
     "server",
 )
+# Scenarios that can measure again on a database an earlier run kept (``--database``).
+REUSABLE = ("filters", "lifecycle")
 
 
 @contextmanager
@@ -215,7 +217,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
     params = _params(scenario, args)
     print(f"\n== {scenario} ({params}) on PostgreSQL {facts['postgres_version']}")
     started = time.perf_counter()
-    async with bench_database(server, keep=args.keep) as db:
+    kept = args.database and scenario in REUSABLE
+    async with (
+        kept_database(server, args.database) if kept else bench_database(server, keep=args.keep)
+    ) as db:
         modules: dict[str, Any] = {"append": append, "listing": listing, "resolve": resolve}
         if scenario == "frameworks":
             from benchmarks import frameworks
@@ -285,6 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write results here (and a PNG chart beside it)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway databases")
+    parser.add_argument(
+        "--database",
+        help=f"{', '.join(REUSABLE)}: measure again on this kept database (upgraded to head),"
+        " without seeding",
+    )
     args = parser.parse_args(argv)
     # Progress of long steps (the legacy build, the backfill): a bar on a terminal, else log lines.
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

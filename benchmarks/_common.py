@@ -100,6 +100,23 @@ async def bench_database(
             )
 
 
+@contextlib.asynccontextmanager
+async def kept_database(server_url: str, name: str) -> AsyncIterator[BenchDatabase]:
+    """A database an earlier run kept (``--keep``), upgraded to this code's head and granted again.
+
+    Its rows are measured again without seeding; it is kept afterwards.
+    """
+    role = name.replace("cortex_bench_", "cortex_bench_app_", 1)
+    owner = driver_dsn(server_url, database=name)
+    started = time.perf_counter()
+    steps = await asyncio.to_thread(upgrade, owner, "head")
+    for step in steps:
+        print(f"  upgraded to {step.revision} in {step.seconds:.1f} s")
+    print(f"  upgrade: {time.perf_counter() - started:.1f} s")
+    await _execute(owner, *grant_sql(role))
+    yield BenchDatabase(name, owner, driver_dsn(server_url, database=name, user=role), role)
+
+
 async def server_facts(url: str) -> dict[str, Any]:
     """PostgreSQL and driver versions and the machine, recorded with every result."""
     conn = await asyncpg.connect(driver_dsn(url))

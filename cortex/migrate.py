@@ -388,6 +388,8 @@ _GRANTS: Final = (
     ("EXECUTE", "FUNCTION cortex_search_ids(text)"),
     # The same, by tenant, in a statement of its own (what Citus can route).
     ("EXECUTE", "FUNCTION cortex_tenant_search(text, text)"),
+    # A metadata filter's candidates (it checks the bound tenant itself).
+    ("EXECUTE", "FUNCTION cortex_metadata_ids(text, jsonb, integer)"),
 )
 
 

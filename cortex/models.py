@@ -617,9 +617,11 @@ class ListFilter(_Model):
     ``updated_at``, timezone-aware datetimes only (a naive one is
     InvalidInput). A window whose after is not before its before (``after
     >= before``) is allowed and matches nothing. ``updated_*`` bounds narrow
-    the listing's index walk; ``created_*`` and ``metadata`` are checked on
-    each row the walk reads, so a filter matching few of the visible
-    sessions reads many rows for a page.
+    the listing's index walk; ``created_*`` bounds are checked on each row
+    the walk reads. Across a tenant or a depth-2 subtree a ``metadata``
+    filter the index's statistics expect to match few sessions reads them
+    from an index first (revision 20261205000024; the exact check still
+    runs on each); any other is checked on each row the walk reads.
     """
 
     agent_id: AgentId | None = None

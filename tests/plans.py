@@ -86,3 +86,42 @@ async def explain_page(
         rows = await app_conn.fetch(compiled.sql, *args)
         explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
     return rows, parsed(explained)
+
+
+async def explain_filtered_page(
+    app_conn: asyncpg.Connection, scope: Scope, flt: ListFilter
+) -> tuple[list[Any] | None, list[asyncpg.Record], Any]:
+    """As :func:`explain_page`, after the metadata filter's candidates, looked up as the store does.
+
+    Returns the candidates (None: too many, the page walks), the page's rows
+    and its plan. The plan cache as the store's own statements leave it.
+    """
+    from cortex._db.executor import compile_statement
+    from cortex._sql.params import METADATA_IDS
+    from cortex._sql.predicates import (
+        filter_params,
+        filter_shape,
+        metadata_candidate_params,
+        metadata_candidates_statement,
+        uses_metadata_candidates,
+        with_candidates,
+    )
+    from cortex._sql.sessions import page_statement
+
+    shape = filter_shape(scope, flt)
+    values: dict[str, Any] = {**filter_params(scope, flt), "limit": flt.page_size}
+    async with app_conn.transaction():
+        await app_conn.execute(f"SET LOCAL cortex.tenant = '{scope.tenant}'")
+        ids = None
+        if uses_metadata_candidates(shape):
+            found = compile_statement(metadata_candidates_statement())
+            given = metadata_candidate_params(scope, flt)
+            ids = await app_conn.fetchval(found.sql, *(given[name] for name in found.order))
+        if ids is not None:
+            shape = with_candidates(shape)
+            values[METADATA_IDS] = ids
+        compiled = compile_statement(page_statement(shape, cursor=False, offset=False))
+        args = [values[n] if n in values else compiled.fixed[n] for n in compiled.order]
+        rows = await app_conn.fetch(compiled.sql, *args)
+        explained = await app_conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + compiled.sql, *args)
+    return ids, rows, parsed(explained)

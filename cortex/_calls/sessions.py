@@ -30,6 +30,7 @@ from cortex._sql.params import (
     DELETED_SCOPE,
     LIMIT,
     LOCK_KEY,
+    METADATA_IDS,
     NEW_AGENT_ID,
     NEW_DATA,
     NEW_IS_DEFAULT,
@@ -53,14 +54,20 @@ from cortex._sql.params import (
     TARGET_SCOPE,
 )
 from cortex._sql.predicates import (
+    METADATA_CANDIDATES,
+    METADATA_COUNT_CANDIDATES,
     FilterShape,
     cursor_params,
     depth_class,
     filter_params,
     filter_shape,
+    metadata_candidate_params,
+    metadata_candidates_statement,
     scope_params,
     searches_tenant,
     tenant_search_statement,
+    uses_metadata_candidates,
+    with_candidates,
 )
 from cortex._sql.tables import (
     DATA_SIZE_REPORTED,
@@ -296,9 +303,9 @@ async def select_page(
 
     ``distributed``: the tables are distributed (Citus); see cortex._sql.predicates.search_clause.
     """
-    shape = filter_shape(scope, flt, distributed=distributed)
+    shape, params = await _filter_params(conn, scope, flt, distributed)
     stmt = sql.page_statement(shape, cursor=after is not None, offset=offset > 0)
-    params = {**await _filter_params(conn, scope, flt, shape), LIMIT: limit}
+    params[LIMIT] = limit
     if offset > 0:
         params[OFFSET] = offset
     if after is not None:
@@ -335,21 +342,41 @@ async def count_sessions(
     conn: Tx, scope: Scope, flt: ListFilter, *, distributed: bool = False
 ) -> int:
     """How many sessions the listing would return without limit or offset."""
-    shape = filter_shape(scope, flt, distributed=distributed)
-    params = await _filter_params(conn, scope, flt, shape)
+    shape, params = await _filter_params(
+        conn, scope, flt, distributed, cap=METADATA_COUNT_CANDIDATES
+    )
     return int((await conn.execute(sql.count_statement(shape), params)).scalar_one())
 
 
 async def _filter_params(
-    conn: Tx, scope: Scope, flt: ListFilter, shape: FilterShape
-) -> dict[str, Any]:
-    """The listing's bind values; on Citus, a tenant-wide search's candidates first (one statement)."""
+    conn: Tx,
+    scope: Scope,
+    flt: ListFilter,
+    distributed: bool,
+    *,
+    cap: int = METADATA_CANDIDATES,
+) -> tuple[FilterShape, dict[str, Any]]:
+    """The listing's shape and bind values, after the candidates some filters look up first.
+
+    On Citus a tenant-wide search's candidates (one statement). A metadata
+    filter's candidates, on any database (one statement; see
+    cortex._sql.predicates.metadata_candidates_statement): bound when there
+    are few enough, else the listing walk checks the filter on each row.
+    """
+    shape = filter_shape(scope, flt, distributed=distributed)
     params = filter_params(scope, flt)
     if shape.distributed and searches_tenant(shape):
         search = {k: params[k] for k in (SCOPE_TENANT, SEARCH_PATTERN)}
         found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
         params[SEARCH_IDS] = found
-    return params
+    if uses_metadata_candidates(shape):
+        statement = metadata_candidates_statement()
+        given = metadata_candidate_params(scope, flt, cap)
+        ids = (await conn.execute(statement, given)).scalar_one()
+        if ids is not None:
+            params[METADATA_IDS] = ids
+            shape = with_candidates(shape)
+    return shape, params
 
 
 async def resolve_default(

@@ -56,6 +56,9 @@ __all__ = [
     "LIMIT",
     "LOCK_KEY",
     "MARKER_SCOPE",
+    "METADATA_CAP",
+    "METADATA_FILTER",
+    "METADATA_IDS",
     "METADATA_KEY",
     "METADATA_VALUE",
     "MIN_KEEP",
@@ -175,6 +178,11 @@ AFTER_ID: Final = "after_id"
 # A metadata filter's keys and values (JSON text), suffixed by position (see row_name()).
 METADATA_KEY: Final = "metadata_key"
 METADATA_VALUE: Final = "metadata_value"
+# The whole metadata filter (a JSON object), how many candidates it may have,
+# and the candidates found (cortex._sql.predicates.metadata_candidates_statement).
+METADATA_FILTER: Final = "metadata_filter"
+METADATA_CAP: Final = "metadata_cap"
+METADATA_IDS: Final = "metadata_ids"
 CREATED_AFTER: Final = "created_after"
 CREATED_BEFORE: Final = "created_before"
 UPDATED_AFTER: Final = "updated_after"

@@ -14,6 +14,7 @@ statement per call cost more CPU than the database spent running it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from functools import cache
@@ -30,6 +31,9 @@ from cortex._sql.params import (
     CREATED_AFTER,
     CREATED_BEFORE,
     LIMIT,
+    METADATA_CAP,
+    METADATA_FILTER,
+    METADATA_IDS,
     METADATA_KEY,
     METADATA_VALUE,
     OFFSET,
@@ -52,6 +56,8 @@ from cortex.models import ListFilter, SessionState
 from cortex.scope import SEPARATOR, Scope
 
 __all__ = [
+    "METADATA_CANDIDATES",
+    "METADATA_COUNT_CANDIDATES",
     "ORDER",
     "FilterShape",
     "after_cursor",
@@ -60,6 +66,8 @@ __all__ = [
     "exact_clause",
     "filter_params",
     "filter_shape",
+    "metadata_candidate_params",
+    "metadata_candidates_statement",
     "metadata_clause",
     "page",
     "path_clause",
@@ -69,7 +77,9 @@ __all__ = [
     "session_predicate",
     "subtree_clause",
     "tenant_search_statement",
+    "uses_metadata_candidates",
     "visible",
+    "with_candidates",
 ]
 
 _Ts = TypeVarTuple("_Ts")
@@ -177,6 +187,9 @@ class FilterShape(NamedTuple):
     created_before: bool = False
     updated_after: bool = False
     updated_before: bool = False
+    # The metadata filter's candidates are bound as ``metadata_ids`` (see
+    # uses_metadata_candidates); set once they are found, never by filter_shape.
+    candidates: bool = False
 
 
 def filter_shape(scope: Scope, flt: ListFilter, *, distributed: bool = False) -> FilterShape:
@@ -244,6 +257,63 @@ def metadata_clause(i: int) -> ColumnElement[bool]:
         else_=sa.cast(sessions.c.metadata_json.op("->", return_type=JSONB())(key), JSONB()),
     )
     return stored == sa.cast(text_param(row_name(METADATA_VALUE, i)), JSONB())
+
+
+# At most this many candidates are bound for a page: each is a row read at
+# a random place in the heap, where the listing walk reads rows in order, so
+# a filter with more is checked on the walk instead (docs/benchmarks.md).
+METADATA_CANDIDATES: Final = 1000
+# For a count, which otherwise reads every row of the subtree.
+METADATA_COUNT_CANDIDATES: Final = 100_000
+
+
+def uses_metadata_candidates(shape: FilterShape) -> bool:
+    """Whether a metadata filter looks up its candidates first (a tenant's or a depth-2 subtree's listing).
+
+    A narrower subtree (a user's sessions) is walked: it holds fewer rows
+    than the tenant's candidates would be.
+    """
+    return shape.metadata > 0 and not shape.exact and shape.depth <= 2
+
+
+def with_candidates(shape: FilterShape) -> FilterShape:
+    """``shape`` with its metadata filter's candidates bound (``candidates``, its last field)."""
+    return FilterShape(*shape[:-1], candidates=True)
+
+
+def metadata_candidate_params(
+    scope: Scope, flt: ListFilter, cap: int = METADATA_CANDIDATES
+) -> dict[str, Any]:
+    """Bind values for :func:`metadata_candidates_statement`: the tenant, the filter as one JSON object."""
+    pairs = ",".join(
+        f"{json.dumps(key, ensure_ascii=False)}:{value}" for key, value in flt.metadata_pairs
+    )
+    return {
+        scope_tenant_param().key: scope.tenant,
+        METADATA_FILTER: "{" + pairs + "}",
+        METADATA_CAP: cap,
+    }
+
+
+@cache
+def metadata_candidates_statement() -> sa.Select[tuple[list[uuid.UUID] | None]]:
+    """The bound tenant's sessions whose metadata may match the filter, as one array (revision …24).
+
+    NULL when more than ``metadata_cap`` may. Its own statement, as
+    :func:`tenant_search_statement` is and for the same reasons: row-level
+    security keeps the index from the listing's planner, and on Citus it is
+    a router query to the tenant's shard. The listing checks every key
+    exactly on the ids bound (a hash may collide, and the ids come from an
+    earlier snapshot).
+    """
+    return sa.select(
+        sa.func.public.cortex_metadata_ids(
+            _exact_text(scope_tenant_param()),
+            sa.cast(text_param(METADATA_FILTER), JSONB()),
+            int_param(METADATA_CAP),
+            type_=_UUIDS,
+        )
+    )
 
 
 def search_clause(shape: FilterShape) -> ColumnElement[bool]:
@@ -328,6 +398,8 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
         # non-idle sessions; 'idle' is most sessions, which the listing
         # indexes serve as a filter. Enum values only: nothing to escape.
         conditions.append(sessions.c.state == sa.literal_column(f"'{shape.state.value}'"))
+    if shape.candidates:
+        conditions.append(sessions.c.id == sa.any_(sa.bindparam(METADATA_IDS, type_=_UUIDS)))
     conditions.extend(metadata_clause(i) for i in range(shape.metadata))
     # Exclusive bounds; an updated_at bound is an index condition of every
     # listing index, whose order is updated_at's.

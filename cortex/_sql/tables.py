@@ -286,6 +286,20 @@ sa.Index(
     postgresql_ops={"last_message": "gin_trgm_ops"},
 )
 
+# A metadata filter's candidates (revision 20261205000024): per top-level key a
+# hash of tenant, key and value, found through cortex_metadata_ids(), which
+# row-level security cannot stop from running @> inside the index. Sessions
+# without metadata get no entry, so an append to one skips the index.
+sa.Index(
+    "ix_sessions_metadata_pairs",
+    # Unqualified, as PostgreSQL prints it back (alembic check compares the text).
+    sa.func.cortex_metadata_pairs(
+        sessions.c.tenant_id, sessions.c.metadata_json, sessions.c.metadata
+    ),
+    postgresql_using="gin",
+    postgresql_where=sa.text("COALESCE(metadata_json::text, metadata::text) <> '{}'::text"),
+)
+
 messages = sa.Table(
     "messages",
     metadata,

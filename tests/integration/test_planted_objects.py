@@ -159,6 +159,29 @@ async def test_an_overload_of_a_search_function_is_never_run(db: Database, route
     assert [s.title for s in found] == ["planted"]
 
 
+async def test_an_overload_of_the_metadata_candidates_is_never_run(db: Database) -> None:
+    await admin(db.owner_url, f'GRANT CREATE ON SCHEMA public TO "{db.app_role}"')
+    body = _ESCALATE.format(role=db.app_role)
+    await _as_app(
+        db,
+        *(
+            f"CREATE FUNCTION public.cortex_metadata_ids(tenant {t}, filter {f}, cap {c})"
+            f" RETURNS uuid[] LANGUAGE plpgsql AS $$ BEGIN {body} RETURN '{{}}'; END $$"
+            for t, f, c in (
+                ("varchar", "jsonb", "integer"),
+                ("text", "varchar", "integer"),
+                ("text", "text", "bigint"),
+            )
+        ),
+    )
+    async with cortex.connect(db.owner_url) as store:
+        with use_scope(f"t{uuid.uuid4().hex[:8]}"):
+            await store.create_session("a", title="planted", metadata={"k": "v"})
+            found = await store.list_sessions(ListFilter(metadata={"k": "v"}))
+    assert await _escalated(db) == (False, False)
+    assert [s.title for s in found] == ["planted"]
+
+
 def test_db_current_and_upgrade_say_who_else_may_create(
     db: Database, capsys: pytest.CaptureFixture[str]
 ) -> None:
