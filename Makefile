@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 # The documentation site needs mkdocs and its plugins (the extra `docs`).
 DOCS_STAMP := $(VENV)/.installed-docs
-# The HTTP API's property-based fuzzer (tests/integration/test_server_fuzz.py), installed
+# The HTTP API's property-based fuzzer (the server fuzz tests), installed
 # without its dependencies: it pins an older jsonschema-rs than cortex (the dev extra lists the rest).
 SCHEMATHESIS := 4.32.5
 
