@@ -6,6 +6,15 @@ from ``cortex`` only; modules whose names start with ``_`` are private.
 
 from cortex._calls.messages import SessionHistory
 from cortex._version import __version__ as __version__
+from cortex.console import (
+    ActionKind,
+    ActionPage,
+    ConsoleAction,
+    OperatorView,
+    WaitingFilter,
+    WaitingPage,
+    WaitingSession,
+)
 from cortex.errors import (
     AlreadyAborted,
     Conflict,
@@ -43,8 +52,11 @@ from cortex.scope import Scope, current_scope, use_scope
 from cortex.store import Store, connect
 
 __all__ = [
+    "ActionKind",
+    "ActionPage",
     "AlreadyAborted",
     "Conflict",
+    "ConsoleAction",
     "CortexError",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -61,6 +73,7 @@ __all__ = [
     "NewMessage",
     "NotFound",
     "OperationTimeout",
+    "OperatorView",
     "PendingInput",
     "RequestedInput",
     "RetentionPolicy",
@@ -75,6 +88,9 @@ __all__ = [
     "SessionHistory",
     "SessionState",
     "Store",
+    "WaitingFilter",
+    "WaitingPage",
+    "WaitingSession",
     "connect",
     "current_scope",
     "use_scope",

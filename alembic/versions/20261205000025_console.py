@@ -127,9 +127,7 @@ ACTION_INDEXES: Final = (
     " (tenant_id, session_id, at DESC, id DESC) WHERE session_id IS NOT NULL",
 )
 INDEX: Final = "ix_sessions_console_recent"
-INDEX_ON: Final = (
-    "sessions (state, updated_at DESC, id DESC, tenant_id DESC) WHERE state <> 'idle'"
-)
+INDEX_ON: Final = "sessions (state, updated_at DESC, id DESC, tenant_id DESC) WHERE state <> 'idle'"
 
 _COLUMNS: Final = (
     "tenant_id text",

@@ -565,7 +565,7 @@ console_actions = sa.Table(
         "jsonb_typeof(detail) = 'object' AND octet_length(detail::text) <= 4096", name="detail"
     ),
 )
-sa.Index("ix_console_actions_recent", sa.text("at DESC"), sa.text("id DESC"))
+sa.Index("ix_console_actions_recent", console_actions.c.at.desc(), console_actions.c.id.desc())
 sa.Index(
     "ix_console_actions_tenant_recent",
     console_actions.c.tenant_id,
