@@ -64,6 +64,7 @@ from cortex._cli_common import (
     emit_json,
     literal,
 )
+from cortex._cli_console import add_console_commands
 from cortex._cli_retention import add_retention_commands
 from cortex._cli_scope import add_scope_commands
 from cortex._cli_sessions import add_session_commands
@@ -658,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_commands(commands, _Parser, common)
     add_scope_commands(commands, _Parser, common)
     add_retention_commands(commands, _Parser, common)
+    add_console_commands(commands, _Parser, common)
 
     demo = commands.add_parser(
         "demo",

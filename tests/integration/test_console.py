@@ -9,10 +9,12 @@ transaction would hide a missing binding.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
+import anyio
 import asyncpg
 import pytest
 
@@ -27,6 +29,7 @@ from cortex import (
     WaitingFilter,
     use_scope,
 )
+from cortex.cli import EXIT_USAGE, main
 from cortex.console import _encode_cursor
 from cortex.errors import DatabaseError
 from tests.conftest import Database, admin, asyncpg_dsn, with_user
@@ -364,3 +367,38 @@ async def test_the_application_role_cannot_rewrite_the_trail(
     for statement in ("UPDATE console_actions SET subject = 'x'", "DELETE FROM console_actions"):
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             await _as_tenant(app_conn, acme, statement)
+
+
+async def test_the_cli_lists_the_trail_and_the_waiting_sessions(
+    store: cortex.Store,
+    console_url: str,
+    seeded: dict[str, str],
+    names: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    acme = names["acme"]
+    with use_scope(acme):
+        done = await store.record_console_action(
+            ActionKind.ABORT, subject="ops@example.com", session_id=seeded["acme"]
+        )
+    url = ["--database-url", console_url]
+    run = anyio.to_thread.run_sync
+    assert await run(lambda: main([*url, "audit", "list", "--scope", acme, "--json"])) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [a["id"] for a in listed["rows"]] == [done.id]
+    assert listed["next_cursor"] is None
+    assert await run(lambda: main([*url, "audit", "list", "--scope", acme])) == 0
+    out = capsys.readouterr().out
+    assert "ops@example.com" in out
+    assert "abort" in out
+    session = ["--session", seeded["acme_us"], "--scope", acme]
+    assert await run(lambda: main([*url, "audit", "list", *session])) == 0
+    assert "no operator actions" in capsys.readouterr().out
+    waiting = ["sessions", "waiting", "--tenant", acme]
+    assert await run(lambda: main([*url, *waiting, "--json"])) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {r["session_id"] for r in rows} == {seeded["acme"], seeded["acme_us"]}
+    assert await run(lambda: main([*url, *waiting, "--state", "aborted"])) == 0
+    assert "stuck" in capsys.readouterr().out
+    assert await run(lambda: main([*url, *waiting, "--limit", "5"])) == EXIT_USAGE
+    assert "limit" in capsys.readouterr().err
