@@ -20,7 +20,9 @@ floor, with the schema as built and without each group) and ``lifecycle``
 while probes write beside it: rates, the export's peak RSS, the neighbours'
 latencies and the longest lock wait) and ``retention`` (one retention run over a
 subtree of ``--n`` messages, default 100,000: erasing idle sessions and trimming
-long ones, beside a probe's appends). The database server
+long ones, beside a probe's appends) and ``console`` (the operator console's
+page of waiting sessions across tenants on ``--n`` sessions, default
+1,000,000). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -47,7 +49,16 @@ from benchmarks._common import bench_database, server_facts
 
 SCENARIOS = ("append", "listing", "resolve", "frameworks", "physical")
 # Not part of ``all``: each takes minutes and reports a table of its own.
-SEPARATE = ("migration", "memory", "cpu", "indexes", "filters", "lifecycle", "retention")
+SEPARATE = (
+    "migration",
+    "memory",
+    "cpu",
+    "indexes",
+    "filters",
+    "lifecycle",
+    "retention",
+    "console",
+)
 
 
 @contextmanager
@@ -102,6 +113,12 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import filters
 
         return filters.Params(
+            sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
+        )
+    if scenario == "console":
+        from benchmarks import console
+
+        return console.Params(
             sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
         )
     if scenario == "lifecycle":
@@ -213,6 +230,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import lifecycle
 
             modules["lifecycle"] = lifecycle
+        if scenario == "console":
+            from benchmarks import console
+
+            modules["console"] = console
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {
