@@ -406,7 +406,7 @@ class OperatorView:
 
 def _waiting(row: Any) -> WaitingSession:
     state = SessionState(row.state)
-    since = (row.raised_at if state is SessionState.PAUSED else row.marked_at) or row.updated_at
+    since = row.since or row.updated_at
     return WaitingSession(
         tenant=row.tenant_id,
         scope=Scope.parse(row.scope),

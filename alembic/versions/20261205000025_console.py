@@ -18,7 +18,9 @@ they are. This revision adds:
   ``console_actions``), and one more policy per table, ``console_scope``,
   ``FOR SELECT TO cortex_console``: a row is visible when its scope is at or
   beneath the transaction-local setting ``cortex.operator_scope`` (a path
-  ending in ``/``; ``/`` alone is every tenant; unset or ``''`` is nothing).
+  ending in ``/``; ``/`` alone is every tenant; unset or ``''`` is nothing),
+  as ``public.cortex_console_sees(scope)`` decides (plpgsql, SECURITY
+  INVOKER, ``search_path = pg_catalog, pg_temp``).
   A pending input is visible when its session is. Policies are permissive
   per role: the application role is not ``cortex_console`` and gets none of
   them, so binding ``cortex.operator_scope`` reads it nothing more;
@@ -47,7 +49,7 @@ policy is one statement under a short lock timeout with retries. Another
 role's table, index or policy of these names is refused (ddl_v1), and so is
 a ``cortex_console`` role that can log in or bypasses row-level security.
 
-Downgrade drops the index, the table and the console policies, and revokes
+Downgrade drops the index, the table, the console policies and the function, and revokes
 the role's grants; the role itself stays (roles belong to the cluster, and
 another database may use it). ``data_loss`` counts the audit rows.
 """
@@ -71,12 +73,27 @@ safe_with_code_from: str = "20261201000009"
 
 ROLE: Final = "cortex_console"
 _MATCH: Final = "tenant_id = current_setting('cortex.tenant', true)"
-_SETTING: Final = "current_setting('cortex.operator_scope', true)"
-# At or beneath the bound operator scope ('acme/', 'acme/eu/'); '/' is every tenant.
-_BENEATH: Final = (
-    f"{_SETTING} = '/' OR (tenant_id = split_part({_SETTING}, '/', 1)"
-    f" AND starts_with(scope || '/', {_SETTING}))"
-)
+FUNCTION: Final = "cortex_console_sees"
+# Whether a scope is at or beneath the bound operator scope ('acme/',
+# 'acme/eu/'; '/' is every tenant; unset, empty or without its final '/':
+# nothing). A function, not an expression in the policy: the planner gives
+# an opaque test a third of the rows, so a page still walks the listing
+# index in order; the expression's estimate (a few rows) made it sort.
+CREATE_FUNCTION: Final = f"""
+CREATE OR REPLACE FUNCTION public.{FUNCTION}(scope text) RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    bound text := pg_catalog.current_setting('cortex.operator_scope', true);
+BEGIN
+    IF bound IS NULL OR pg_catalog.right(bound, 1) <> '/' THEN
+        RETURN false;
+    END IF;
+    RETURN bound = '/' OR pg_catalog.starts_with(scope || '/', bound);
+END
+$fn$
+"""
+_BENEATH: Final = f"public.{FUNCTION}(scope)"
 # A pending input is the console's when its session is (sessions' own policy decides).
 _OF_VISIBLE_SESSION: Final = (
     "EXISTS (SELECT FROM public.sessions AS s"
@@ -172,6 +189,7 @@ $console$"""
 
 def _check() -> None:
     ddl.check(
+        ddl.function_check(FUNCTION, "text"),
         ddl.relation_check("console_actions", columns=_COLUMNS),
         *(ddl.relation_check(name, "index", on="console_actions") for name in _INDEX_NAMES),
         *(
@@ -218,6 +236,7 @@ def _literal(text: str) -> str:
 def upgrade() -> None:
     _check()
     ddl.check(ROLE_SQL)
+    op.execute(CREATE_FUNCTION)
     # In this revision's transaction: a new table nobody uses yet.
     if _missing("console_actions"):
         op.execute(CONSOLE_ACTIONS)
@@ -265,4 +284,5 @@ def downgrade() -> None:
     for table in ("sessions", "pending_inputs", "session_markers"):
         op.execute(f"DROP POLICY IF EXISTS console_scope ON {table}")
     op.execute("DROP TABLE IF EXISTS console_actions")
+    op.execute(f"DROP FUNCTION IF EXISTS public.{FUNCTION}(text)")
     op.execute(_REVOKE)

@@ -88,32 +88,40 @@ def waiting_statement(
 
     ``state`` is SQL text, not a bind: a constant proves the partial index's
     ``state <> 'idle'``. A paused session shows its oldest open question; an
-    interrupted or aborted one its marker's reason and time.
+    interrupted or aborted one its marker's reason; ``since`` is when either
+    was written.
     """
-    question = (
-        sa.select(
-            sa.func.pg_catalog.left(pending_inputs.c.message, PREVIEW_CHARS).label("question"),
-            pending_inputs.c.interrupt_id,
-            pending_inputs.c.raised_at,
+    paused = state == "paused"
+    # What the session waits on: a paused one's oldest question, else its
+    # marker. LIMIT 1 keeps each a per-row index probe (the planner would
+    # otherwise join every marker of the database and filter).
+    if paused:
+        waits = (
+            sa.select(
+                sa.func.pg_catalog.left(pending_inputs.c.message, PREVIEW_CHARS).label("question"),
+                pending_inputs.c.interrupt_id,
+                pending_inputs.c.raised_at.label("since"),
+                sa.null().label("reason"),
+            )
+            .where(
+                pending_inputs.c.tenant_id == sessions.c.tenant_id,
+                pending_inputs.c.session_id == sessions.c.id,
+            )
+            .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
         )
-        .where(
-            pending_inputs.c.tenant_id == sessions.c.tenant_id,
-            pending_inputs.c.session_id == sessions.c.id,
-        )
-        .order_by(pending_inputs.c.raised_seq, pending_inputs.c.interrupt_id)
-        .limit(1)
-        .lateral("question")
-    )
-    marker = (
-        sa.select(session_markers.c.reason, session_markers.c.marked_at)
-        .where(
+    else:
+        waits = sa.select(
+            sa.null().label("question"),
+            sa.null().label("interrupt_id"),
+            session_markers.c.marked_at.label("since"),
+            session_markers.c.reason,
+        ).where(
             session_markers.c.tenant_id == sessions.c.tenant_id,
             session_markers.c.session_id == sessions.c.id,
             session_markers.c.kind
             == sa.literal_column("'aborted'" if state == "aborted" else "'interrupted'"),
         )
-        .lateral("marker")
-    )
+    waiting = waits.limit(1).lateral("waits")
     conditions: list[Any] = [
         sessions.c.state == sa.literal_column(f"'{state}'"),
         _where_scope(sessions.c.tenant_id, sessions.c.scope, kind),
@@ -142,15 +150,12 @@ def waiting_statement(
             sessions.c.title,
             sessions.c.state,
             sessions.c.updated_at,
-            question.c.question,
-            question.c.interrupt_id,
-            question.c.raised_at,
-            marker.c.reason,
-            marker.c.marked_at,
+            waiting.c.question,
+            waiting.c.interrupt_id,
+            waiting.c.since,
+            waiting.c.reason,
         )
-        .select_from(
-            sessions.outerjoin(question, sa.true()).outerjoin(marker, sa.true()),
-        )
+        .select_from(sessions.outerjoin(waiting, sa.true()))
         .where(*conditions)
         .order_by(sessions.c.updated_at.desc(), sessions.c.id.desc(), sessions.c.tenant_id.desc())
         .limit(int_param(LIMIT))

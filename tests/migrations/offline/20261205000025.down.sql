@@ -14,6 +14,8 @@ DROP POLICY IF EXISTS console_scope ON session_markers;
 
 DROP TABLE IF EXISTS console_actions;
 
+DROP FUNCTION IF EXISTS public.cortex_console_sees(text);
+
 DO $console$
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cortex_console') THEN

@@ -3,6 +3,28 @@
 DO $check$
 DECLARE
     hit record;
+BEGIN
+
+FOR hit IN
+    SELECT p.oid::pg_catalog.regprocedure::text AS signature, p.prokind,
+           pg_catalog.oidvectortypes(p.proargtypes) AS arguments,
+           pg_catalog.pg_get_userbyid(p.proowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted
+    FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_roles AS r ON r.oid = p.proowner
+    WHERE p.proname = 'cortex_console_sees' AND p.pronamespace = pg_catalog.current_schema()::regnamespace
+LOOP
+    IF NOT hit.trusted THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s exists, owned by %s, not by the migrating role %s: cortex did not make it; drop or rename it, then run the migration again', hit.signature, hit.owner, current_user);
+    END IF;
+    IF hit.arguments <> 'text' OR hit.prokind <> 'f' THEN
+        RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = pg_catalog.format('function %s (owned by %s) is not cortex''s %s(%s): a call meant for cortex''s could run it; drop or rename it, then run the migration again', hit.signature, hit.owner, 'cortex_console_sees', 'text');
+    END IF;
+END LOOP;
+END
+$check$;
+
+DO $check$
+DECLARE
+    hit record;
     listed text;
 BEGIN
 SELECT c.oid, c.relkind, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' ELSE 'relation' END AS kind, pg_catalog.pg_get_userbyid(c.relowner) AS owner, (r.rolname = current_user OR r.rolsuper) AS trusted INTO hit
@@ -264,6 +286,19 @@ BEGIN
 END
 $console$;
 
+CREATE OR REPLACE FUNCTION public.cortex_console_sees(scope text) RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    bound text := pg_catalog.current_setting('cortex.operator_scope', true);
+BEGIN
+    IF bound IS NULL OR pg_catalog.right(bound, 1) <> '/' THEN
+        RETURN false;
+    END IF;
+    RETURN bound = '/' OR pg_catalog.starts_with(scope || '/', bound);
+END
+$fn$;
+
 CREATE TABLE console_actions ( tenant_id text COLLATE "C" NOT NULL, id uuid NOT NULL, scope text COLLATE "C" NOT NULL, session_id uuid, subject text NOT NULL, action text NOT NULL, outcome text NOT NULL, detail jsonb NOT NULL DEFAULT '{}'::jsonb, at timestamptz NOT NULL DEFAULT now(), CONSTRAINT pk_console_actions PRIMARY KEY (tenant_id, id), CONSTRAINT ck_console_actions_scope_tenant CHECK (tenant_id = split_part(scope, '/', 1)), CONSTRAINT ck_console_actions_action CHECK (action IN ('resume', 'abort', 'mark', 'unmark', 'sign_in', 'sign_out', 'erase')), CONSTRAINT ck_console_actions_outcome CHECK (outcome ~ '^(ok|[A-Z][A-Za-z]{0,63})$'), CONSTRAINT ck_console_actions_subject CHECK (char_length(subject) BETWEEN 1 AND 256), CONSTRAINT ck_console_actions_detail CHECK (jsonb_typeof(detail) = 'object' AND octet_length(detail::text) <= 4096));
 
 DO $citus$
@@ -354,13 +389,13 @@ BEGIN
     EXECUTE 'GRANT SELECT ON session_markers TO cortex_console';
     EXECUTE 'GRANT SELECT ON console_actions TO cortex_console';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON sessions';
-    EXECUTE 'CREATE POLICY console_scope ON sessions FOR SELECT TO cortex_console USING (current_setting(''cortex.operator_scope'', true) = ''/'' OR (tenant_id = split_part(current_setting(''cortex.operator_scope'', true), ''/'', 1) AND starts_with(scope || ''/'', current_setting(''cortex.operator_scope'', true))))';
+    EXECUTE 'CREATE POLICY console_scope ON sessions FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON pending_inputs';
     EXECUTE 'CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console USING (EXISTS (SELECT FROM public.sessions AS s WHERE s.tenant_id = pending_inputs.tenant_id AND s.id = pending_inputs.session_id))';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON session_markers';
-    EXECUTE 'CREATE POLICY console_scope ON session_markers FOR SELECT TO cortex_console USING (current_setting(''cortex.operator_scope'', true) = ''/'' OR (tenant_id = split_part(current_setting(''cortex.operator_scope'', true), ''/'', 1) AND starts_with(scope || ''/'', current_setting(''cortex.operator_scope'', true))))';
+    EXECUTE 'CREATE POLICY console_scope ON session_markers FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON console_actions';
-    EXECUTE 'CREATE POLICY console_scope ON console_actions FOR SELECT TO cortex_console USING (current_setting(''cortex.operator_scope'', true) = ''/'' OR (tenant_id = split_part(current_setting(''cortex.operator_scope'', true), ''/'', 1) AND starts_with(scope || ''/'', current_setting(''cortex.operator_scope'', true))))';
+    EXECUTE 'CREATE POLICY console_scope ON console_actions FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
 END
 $console$;
 
