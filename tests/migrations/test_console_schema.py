@@ -16,6 +16,7 @@ import pytest
 from cortex.cli import EXIT_USAGE, main
 from cortex.errors import SchemaMismatch
 from cortex.migrate import upgrade
+from tests.conftest import with_user
 from tests.migrations.legacy import current, execute, fetch, plain_owner_database
 
 REVISION = "20261205000025"
@@ -85,3 +86,26 @@ def test_a_console_role_that_can_log_in_is_refused(blank_db: str, server_url: st
     finally:
         execute(server_url, "ALTER ROLE cortex_console NOLOGIN")
     assert current(blank_db) == [BEFORE]
+
+
+def test_a_planted_overload_of_the_policy_function_is_refused(
+    blank_db: str, server_url: str
+) -> None:
+    execute(server_url, _ENSURE_ROLE)
+    upgrade(blank_db, BEFORE)
+    role = f"planter_{uuid.uuid4().hex[:8]}"
+    execute(server_url, f'CREATE ROLE "{role}" LOGIN')
+    try:
+        execute(blank_db, f'GRANT CREATE ON SCHEMA public TO "{role}"')
+        execute(
+            with_user(blank_db, role),
+            "CREATE FUNCTION public.cortex_console_sees(scope varchar) RETURNS boolean"
+            " LANGUAGE sql AS 'SELECT true'",
+        )
+        with pytest.raises(SchemaMismatch, match="cortex_console_sees"):
+            upgrade(blank_db, REVISION)
+        assert current(blank_db) == [BEFORE]
+        assert fetch(blank_db, _POLICIES) == []
+    finally:
+        execute(blank_db, f'DROP OWNED BY "{role}" CASCADE')
+        execute(server_url, f'DROP ROLE "{role}"')
