@@ -27,6 +27,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field, Strict
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cortex._db.engine import make_engine
@@ -45,7 +46,7 @@ from cortex._sql.params import (
 )
 from cortex._sql.predicates import escape_like, scope_params
 from cortex._validate import boundary
-from cortex.errors import DatabaseError, InvalidInput, translate_errors
+from cortex.errors import DatabaseError, InvalidInput, sqlstate_of, translate_errors
 from cortex.ids import SESSION_PREFIX, format_id
 from cortex.models import AgentId, SearchTerm, SessionId, SessionState, _Model, session_uuid
 from cortex.scope import Scope
@@ -80,6 +81,8 @@ MAX_SUBJECT_LENGTH: Final = 256
 MAX_DETAIL_BYTES: Final = 2048
 _OUTCOME: Final = re.compile(r"(ok|[A-Z][A-Za-z]{0,63})\Z")
 _DETAIL_KEY: Final = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+# insufficient_privilege: SET ROLE by a login that is not a member of the role.
+_NOT_A_MEMBER: Final = "42501"
 
 
 class ActionKind(StrEnum):
@@ -316,7 +319,9 @@ class OperatorView:
     async def _bind(self, conn: AsyncConnection) -> None:
         try:
             await conn.exec_driver_sql(sql.ROLE_STATEMENT)
-        except Exception as exc:
+        except DBAPIError as exc:
+            if sqlstate_of(exc) != _NOT_A_MEMBER:
+                raise
             user = self._engine.url.username or "this login"
             raise DatabaseError(
                 f"{user} cannot act as {CONSOLE_ROLE}: as a superuser, GRANT {CONSOLE_ROLE}"
