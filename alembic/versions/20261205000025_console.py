@@ -71,7 +71,6 @@ depends_on: str | Sequence[str] | None = None
 # The oldest code (its SCHEMA_REVISION) that works on a database at this revision.
 safe_with_code_from: str = "20261201000009"
 
-ROLE: Final = "cortex_console"
 _MATCH: Final = "tenant_id = current_setting('cortex.tenant', true)"
 FUNCTION: Final = "cortex_console_sees"
 # Whether a scope is at or beneath the bound operator scope ('acme/',
@@ -114,6 +113,7 @@ CONSOLE_GRANTS: Final = (
     " ON pending_inputs TO cortex_console",
     "GRANT SELECT ON session_markers TO cortex_console",
     "GRANT SELECT ON console_actions TO cortex_console",
+    f"GRANT EXECUTE ON FUNCTION public.{FUNCTION}(text) TO cortex_console",
 )
 
 CONSOLE_ACTIONS: Final = (

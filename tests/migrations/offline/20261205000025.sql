@@ -388,6 +388,7 @@ BEGIN
     EXECUTE 'GRANT SELECT (tenant_id, session_id, raised_seq, interrupt_id, message, author, raised_at) ON pending_inputs TO cortex_console';
     EXECUTE 'GRANT SELECT ON session_markers TO cortex_console';
     EXECUTE 'GRANT SELECT ON console_actions TO cortex_console';
+    EXECUTE 'GRANT EXECUTE ON FUNCTION public.cortex_console_sees(text) TO cortex_console';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON sessions';
     EXECUTE 'CREATE POLICY console_scope ON sessions FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON pending_inputs';
