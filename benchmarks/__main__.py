@@ -25,6 +25,9 @@ with cortex.telemetry off, with metrics, and with spans and metrics, beside the
 call as it was before telemetry existed) and ``server`` (appends and listing
 pages through ``cortex serve`` in a subprocess, from ``--concurrency`` HTTP
 workers, beside the same calls on the Store). The database server
+long ones, beside a probe's appends) and ``console`` (the operator console's
+page of waiting sessions across tenants on ``--n`` sessions, default
+1,000,000). The database server
 comes from ``--dsn`` (a superuser URL), else ``CORTEX_DATABASE_URL``, else the
 embedded PostgreSQL; each scenario runs in a throwaway database it creates and
 drops. ``--json`` writes one object per scenario and a PNG chart beside it.
@@ -61,6 +64,7 @@ SEPARATE = (
     "retention",
     "telemetry",
     "server",
+    "console",
 )
 # Scenarios that can measure again on a database an earlier run kept (``--database``).
 REUSABLE = ("filters", "lifecycle")
@@ -118,6 +122,12 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
         from benchmarks import filters
 
         return filters.Params(
+            sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
+        )
+    if scenario == "console":
+        from benchmarks import console
+
+        return console.Params(
             sessions=args.n or (20_000 if quick else 1_000_000), repeats=30 if quick else 200
         )
     if scenario == "lifecycle":
@@ -254,6 +264,10 @@ async def _run_one(scenario: str, server: str, args: argparse.Namespace) -> dict
             from benchmarks import server as http_server
 
             modules["server"] = http_server
+        if scenario == "console":
+            from benchmarks import console
+
+            modules["console"] = console
         module = modules[scenario]
         results, ok = await module.run(db, params)
     return {

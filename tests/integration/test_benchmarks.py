@@ -282,4 +282,20 @@ def test_server_sets_http_calls_beside_the_store(server_url: str, tmp_path: Path
             assert line["ratio"] == pytest.approx(line["http"]["p50_ms"] / line["store"]["p50_ms"])
         assert line["meets_target"] in (True, False)
         assert line["server_cpu_us_per_call"] >= 0
+
+
+def test_console_measures_pages_of_waiting_sessions_across_tenants(
+    server_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "console.json"
+    args = ["console", "--quick", "--n", "3000", "--dsn", server_url, "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"] == "console"
+    assert report["invariants_ok"] is True  # no page longer than asked
+    names = [r["name"] for r in report["results"]]
+    assert names[0] == "every tenant, paused, first page"
+    for result in report["results"]:
+        assert result["p95_ms"] >= result["p50_ms"] > 0
+        assert 0 < result["rows"] <= 50 or result["name"].startswith("project")
     assert not out.with_suffix(".png").exists()  # a table, no chart

@@ -47,7 +47,7 @@ def _positions(url: str, sid: str) -> tuple[list[tuple[int, str]], list[int]]:
 
 
 def test_the_column_is_checked_and_the_downgrade_renumbers_from_one(blank_db: str) -> None:
-    upgrade(blank_db)
+    upgrade(blank_db, REVISION)
     sid = _trimmed_session(blank_db)
     with pytest.raises(Exception, match="ck_sessions_trimmed_count"):
         execute(blank_db, f"UPDATE sessions SET trimmed_count = -1 WHERE id = '{sid}'")
@@ -57,14 +57,14 @@ def test_the_column_is_checked_and_the_downgrade_renumbers_from_one(blank_db: st
     downgrade(blank_db, BEFORE, allow_data_loss=True)
     assert current(blank_db) == [BEFORE]
     assert _positions(blank_db, sid) == ([(1, "m4"), (2, "m5"), (3, "m6")], [2])
-    upgrade(blank_db)
+    upgrade(blank_db, REVISION)
     found = fetch(blank_db, f"SELECT trimmed_count FROM sessions WHERE id = '{sid}'")
     assert [r["trimmed_count"] for r in found] == [0]
 
 
 def test_an_owner_held_to_row_level_security_renumbers_every_tenant(server_url: str) -> None:
     with plain_owner_database(server_url) as (owner, superuser):
-        upgrade(owner)
+        upgrade(owner, REVISION)
         sid = _trimmed_session(superuser)
         downgrade(owner, BEFORE, allow_data_loss=True)
         assert _positions(superuser, sid) == ([(1, "m4"), (2, "m5"), (3, "m6")], [2])
@@ -80,5 +80,5 @@ def test_a_trimmed_count_column_of_another_type_is_refused(blank_db: str) -> Non
     upgrade(blank_db, BEFORE)
     execute(blank_db, "ALTER TABLE sessions ADD COLUMN trimmed_count bigint")
     with pytest.raises(SchemaMismatch, match=r"sessions\.trimmed_count exists with type bigint"):
-        upgrade(blank_db)
+        upgrade(blank_db, REVISION)
     assert current(blank_db) == [BEFORE]
