@@ -1403,6 +1403,7 @@ class Store:
             at=at,
         )
 
+    @observed
     @boundary
     async def inspect_session(self, session_id: SessionId) -> SessionDetail:
         """The session with its state, every pending input and the marker reasons.
