@@ -6,6 +6,15 @@ from ``cortex`` only; modules whose names start with ``_`` are private.
 
 from cortex._calls.messages import SessionHistory
 from cortex._version import __version__ as __version__
+from cortex.console import (
+    ActionKind,
+    ActionPage,
+    ConsoleAction,
+    OperatorView,
+    WaitingFilter,
+    WaitingPage,
+    WaitingSession,
+)
 from cortex.errors import (
     AlreadyAborted,
     Conflict,
@@ -45,8 +54,11 @@ from cortex.scope import Scope, current_scope, use_scope
 from cortex.store import Store, connect
 
 __all__ = [
+    "ActionKind",
+    "ActionPage",
     "AlreadyAborted",
     "Conflict",
+    "ConsoleAction",
     "CortexError",
     "DatabaseError",
     "DatabaseUnavailable",
@@ -63,6 +75,7 @@ __all__ = [
     "NewMessage",
     "NotFound",
     "OperationTimeout",
+    "OperatorView",
     "PendingInput",
     "RequestedInput",
     "RetentionPolicy",
@@ -79,6 +92,9 @@ __all__ = [
     "SessionPage",
     "SessionState",
     "Store",
+    "WaitingFilter",
+    "WaitingPage",
+    "WaitingSession",
     "connect",
     "current_scope",
     "use_scope",

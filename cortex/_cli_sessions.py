@@ -31,6 +31,7 @@ from cortex._cli_common import (
     when,
     with_store,
 )
+from cortex._cli_console import add_waiting_command
 from cortex.errors import NotFound
 from cortex.integrations._payloads import tool_uses
 from cortex.models import (
@@ -623,4 +624,6 @@ def add_session_commands(
     # unmark's former name, kept working; left out of the help.
     old = command("clear", None, cmd_clear, hidden=True)
     old.description = "deprecated: the old name of `cortex sessions unmark`"
+    add_waiting_command(sub, common)
+    shown.append("waiting")
     sub.metavar = "{" + ",".join(shown) + "}"

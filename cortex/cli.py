@@ -64,6 +64,7 @@ from cortex._cli_common import (
     emit_json,
     literal,
 )
+from cortex._cli_console import add_console_commands
 from cortex._cli_retention import add_retention_commands
 from cortex._cli_scope import add_scope_commands
 from cortex._cli_server import add_server_commands
@@ -660,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scope_commands(commands, _Parser, common)
     add_retention_commands(commands, _Parser, common)
     add_server_commands(commands, _Parser, common)
+    add_console_commands(commands, _Parser, common)
 
     demo = commands.add_parser(
         "demo",

@@ -381,6 +381,8 @@ _GRANTS: Final = (
     # Erasure receipts are durable: written and updated by erase_scope, never deleted.
     ("SELECT, INSERT, UPDATE", "TABLE erasures"),
     ("SELECT, INSERT, UPDATE, DELETE", "TABLE retention_policies"),
+    # The operator audit trail is append-only: written once, never changed.
+    ("SELECT, INSERT", "TABLE console_actions"),
     # connect() reads the schema revision and which code it serves.
     ("SELECT", "TABLE alembic_version"),
     ("SELECT", "TABLE cortex_schema_compat"),

@@ -12,6 +12,7 @@ own connection.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections import OrderedDict
@@ -34,6 +35,7 @@ from pydantic import BeforeValidator, Field, Strict
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from cortex._calls import console as console_calls
 from cortex._calls import erasure as erasure_calls
 from cortex._calls import messages as message_calls
 from cortex._calls import operator as operator_calls
@@ -50,8 +52,16 @@ from cortex._db.pool import drop_held_on_disconnect, holding_options
 from cortex._db.snapshot import read_snapshot
 from cortex._db.transaction import run_transaction
 from cortex._validate import boundary, encode_json, instance_of
+from cortex.console import (
+    ACTION_PREFIX,
+    ActionDetail,
+    ActionKind,
+    ConsoleAction,
+    Outcome,
+    Subject,
+)
 from cortex.errors import Conflict, InvalidInput, NotFound, ScopeViolation, translate_errors
-from cortex.ids import new_uuid
+from cortex.ids import format_id, new_uuid
 from cortex.models import (
     DEFAULT_MESSAGE_LIMIT,
     MAX_APPEND_BATCH,
@@ -1310,6 +1320,55 @@ class Store:
             after = (page[-1].updated_at, page[-1].id)
 
     # --- operator surface -------------------------------------------------------
+
+    @boundary
+    async def record_console_action(
+        self,
+        action: ActionKind,
+        *,
+        subject: Subject,
+        session_id: SessionId | None = None,
+        outcome: Outcome = "ok",
+        detail: ActionDetail | None = None,
+    ) -> ConsoleAction:
+        """Append one operator action to the audit trail (``console_actions``), in its own transaction.
+
+        Recorded in the session's scope when the current scope sees the
+        session, else in the current scope (an action that met NotFound is
+        recorded too). ``detail`` holds ids and counts; never put an
+        answer's content or a reason's text there. The trail is append-only:
+        the application role may not update or delete it.
+
+        Raises:
+            InvalidInput: an argument breaks a limit (before any SQL).
+        """
+        scope = current_scope()
+        sid = None if session_id is None else _parse_session_id(session_id)
+        detail = detail or {}
+        text = json.dumps(detail, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+        action_id, where, at = await self._run(
+            scope,
+            lambda conn: console_calls.record_action(
+                conn,
+                scope,
+                sid,
+                subject=subject,
+                action=ActionKind(action).value,
+                outcome=outcome,
+                detail=text,
+            ),
+        )
+        return ConsoleAction(
+            id=format_id(ACTION_PREFIX, action_id),
+            tenant=scope.tenant,
+            scope=Scope.parse(where),
+            session_id=session_id,
+            subject=subject,
+            action=ActionKind(action),
+            outcome=outcome,
+            detail=detail,
+            at=at,
+        )
 
     @boundary
     async def inspect_session(self, session_id: SessionId) -> SessionDetail:

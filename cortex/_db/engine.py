@@ -43,7 +43,7 @@ log = logging.getLogger("cortex")
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261205000023"
+SCHEMA_REVISION: Final = "20261205000025"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own

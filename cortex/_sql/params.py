@@ -13,11 +13,15 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, UUID
 
 __all__ = [
+    "ACTION",
+    "ACTION_ID",
+    "AFTER_AT",
     "AFTER_ID",
     "AFTER_KIND",
     "AFTER_SCOPE",
     "AFTER_SEQ",
     "AFTER_SESSION_ID",
+    "AFTER_TENANT",
     "AFTER_UPDATED_AT",
     "AGENT_ID",
     "ANCESTORS",
@@ -31,9 +35,14 @@ __all__ = [
     "CREATED_AFTER",
     "CREATED_BEFORE",
     "CUTOFF",
+    "C_AGENT_ID",
+    "C_SEARCH",
+    "C_STATE",
+    "C_TENANT",
     "DATA_DELTA",
     "DELETED_SCOPE",
     "DELTAS_DIGEST",
+    "DETAIL",
     "D_DATA",
     "D_PATHS",
     "D_SCOPES",
@@ -92,6 +101,7 @@ __all__ = [
     "NEW_TENANT_ID",
     "NEW_TITLE",
     "OFFSET",
+    "OUTCOME",
     "PENDING_COUNT",
     "PENDING_DELTA",
     "PREVIEW",
@@ -120,8 +130,10 @@ __all__ = [
     "SCOPE_TENANT",
     "SEARCH_IDS",
     "SEARCH_PATTERN",
+    "SESSION_ID",
     "SINCE",
     "SOURCE_ID",
+    "SUBJECT",
     "TARGET_AGENT_ID",
     "TARGET_ID",
     "TARGET_PATH",
@@ -310,6 +322,24 @@ MIN_KEEP: Final = "min_keep"
 # A batch acts under one policy (the R_ names, with CUTOFF for an erase);
 # a trim binds the first position each of its sessions keeps, beside BATCH_IDS.
 FIRST_SEQS: Final = "first_seqs"
+
+
+# --- the operator console (cortex.console) ---------------------------------------
+
+# The listing's filters; its cursor continues after AFTER_UPDATED_AT, AFTER_ID, AFTER_TENANT.
+C_STATE: Final = "c_state"
+C_TENANT: Final = "c_tenant"
+C_AGENT_ID: Final = "c_agent_id"
+C_SEARCH: Final = "c_search"
+AFTER_TENANT: Final = "after_tenant"
+# An audit row (console_actions); the action listing's cursor is AFTER_AT, AFTER_ID, AFTER_TENANT.
+AFTER_AT: Final = "after_at"
+ACTION_ID: Final = "action_id"
+ACTION: Final = "action"
+SUBJECT: Final = "subject"
+OUTCOME: Final = "outcome"
+DETAIL: Final = "detail"
+SESSION_ID: Final = "session_id"
 
 
 def row_name(name: str, i: int) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "UQ_SESSIONS_DEFAULT",
     "UQ_SESSIONS_KEY",
     "bounded_data",
+    "console_actions",
     "erasures",
     "messages",
     "metadata",
@@ -261,6 +262,15 @@ sa.Index(
     sessions.c.tenant_id,
     sessions.c.state,
     *_ORDER,
+    postgresql_where=sessions.c.state != "idle",
+)
+# The console's view (revision 20261205000025): the non-idle sessions of every
+# tenant by state, newest first; ends with tenant_id as ids are unique per tenant only.
+sa.Index(
+    "ix_sessions_console_recent",
+    sessions.c.state,
+    *_ORDER,
+    sa.text("tenant_id DESC"),
     postgresql_where=sessions.c.state != "idle",
 )
 # Substring search (ILIKE '%term%') on title and on the preview: trigram GIN,
@@ -521,4 +531,52 @@ retention_policies = sa.Table(
     sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
     sa.CheckConstraint("delete_idle_after > interval '0'", name="delete_idle_after"),
     sa.CheckConstraint("keep_last_messages >= 0", name="keep_last_messages"),
+)
+
+console_actions = sa.Table(
+    "console_actions",
+    metadata,
+    # cortex-owned, all columns: one operator action (revision 20261205000025),
+    # inserted once by Store.record_console_action in the acting tenant's
+    # transaction; never updated or deleted by the application.
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    # UUIDv7 behind the public "act_" TypeID.
+    sa.Column("id", UUID(as_uuid=True), nullable=False),
+    # The session's scope, or the operator's when the action has no session.
+    sa.Column("scope", sa.Text(collation=_C), nullable=False),
+    sa.Column("session_id", UUID(as_uuid=True), nullable=True),
+    # The operator's token subject ("sub"), as the console authenticated it.
+    sa.Column("subject", sa.Text(), nullable=False),
+    sa.Column("action", sa.Text(), nullable=False),
+    # 'ok', or the name of the CortexError the action met.
+    sa.Column("outcome", sa.Text(), nullable=False),
+    # Ids and counts only, never an answer's content (cortex.console.ACTION_DETAIL).
+    sa.Column("detail", JSONB(), nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.PrimaryKeyConstraint("tenant_id", "id"),
+    sa.CheckConstraint("tenant_id = split_part(scope, '/', 1)", name="scope_tenant"),
+    sa.CheckConstraint(
+        "action IN ('resume', 'abort', 'mark', 'unmark', 'sign_in', 'sign_out', 'erase')",
+        name="action",
+    ),
+    sa.CheckConstraint("outcome ~ '^(ok|[A-Z][A-Za-z]{0,63})$'", name="outcome"),
+    sa.CheckConstraint("char_length(subject) BETWEEN 1 AND 256", name="subject"),
+    sa.CheckConstraint(
+        "jsonb_typeof(detail) = 'object' AND octet_length(detail::text) <= 4096", name="detail"
+    ),
+)
+sa.Index("ix_console_actions_recent", console_actions.c.at.desc(), console_actions.c.id.desc())
+sa.Index(
+    "ix_console_actions_tenant_recent",
+    console_actions.c.tenant_id,
+    sa.text("at DESC"),
+    sa.text("id DESC"),
+)
+sa.Index(
+    "ix_console_actions_session",
+    console_actions.c.tenant_id,
+    console_actions.c.session_id,
+    sa.text("at DESC"),
+    sa.text("id DESC"),
+    postgresql_where=console_actions.c.session_id.is_not(None),
 )

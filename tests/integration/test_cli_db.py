@@ -189,17 +189,17 @@ def test_check_gates_a_deploy_on_the_revision(
     blank_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = ["--database-url", blank_db]
-    assert main([*url, "db", "upgrade", "20261205000022"]) == 0
+    assert main([*url, "db", "upgrade", "20261205000023"]) == 0
     capsys.readouterr()
     assert main([*url, "db", "check"]) == 1
     out = capsys.readouterr().out
-    assert "1 revision(s) pending (20261205000023)" in out
+    assert "1 revision(s) pending (20261205000025)" in out
     assert main([*url, "db", "check", "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == {
-        "revision": "20261205000022",
+        "revision": "20261205000023",
         "expected": SCHEMA_REVISION,
         "serves_this_code": False,
-        "pending": ["20261205000023"],
+        "pending": ["20261205000025"],
     }
     assert main([*url, "db", "upgrade"]) == 0
     capsys.readouterr()
@@ -224,6 +224,7 @@ def test_every_db_command_answers_in_json(
         "20261205000020",
         "20261205000021",
         "20261205000022",
+        "20261205000023",
         SCHEMA_REVISION,
     ]
     assert main([*url, "db", "upgrade", "--json"]) == 0
@@ -231,7 +232,7 @@ def test_every_db_command_answers_in_json(
     assert main([*url, "db", "downgrade", "-1", "--json"]) == 0
     undone = json.loads(capsys.readouterr().out)
     assert [(s["revision"], s["to"]) for s in undone["undone"]] == [
-        (SCHEMA_REVISION, "20261205000022")
+        (SCHEMA_REVISION, "20261205000023")
     ]
     assert main([*url, "db", "upgrade"]) == 0
     out = capsys.readouterr().out
