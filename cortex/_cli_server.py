@@ -78,8 +78,12 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     """Print a token for ``--scope`` signed with the HS256 secret in ``$CORTEX_SIGNING_KEY``."""
     key = _signing_key()
     from cortex.server import issue_token
+    from cortex.server.auth import ALL_TENANTS
 
-    echo(issue_token(key, scope=args.scope, role=args.role, ttl=args.ttl, subject=args.subject))
+    if args.all_tenants and args.role != "operator":
+        raise UsageError("--all-tenants: for --role operator only")
+    scope = ALL_TENANTS if args.all_tenants else args.scope
+    echo(issue_token(key, scope=scope, role=args.role, ttl=args.ttl, subject=args.subject))
     return EXIT_OK
 
 
@@ -121,7 +125,13 @@ def add_server_commands(
         help="print a token signed with $CORTEX_SIGNING_KEY (an HS256 secret)",
         parents=[common],
     )
-    issue.add_argument("--scope", required=True, help="the scope the token acts in")
+    where = issue.add_mutually_exclusive_group(required=True)
+    where.add_argument("--scope", help="the scope the token acts in")
+    where.add_argument(
+        "--all-tenants",
+        action="store_true",
+        help="an operator token for every tenant (the console only; /v1 refuses it)",
+    )
     issue.add_argument("--role", choices=("app", "operator"), default="app", help="app or operator")
     issue.add_argument("--ttl", type=int, default=3600, help="seconds until it expires (3600)")
     issue.add_argument("--subject", default="cortex-cli", help="the token's sub claim")
