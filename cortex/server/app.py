@@ -31,6 +31,7 @@ from cortex.errors import CortexError
 from cortex.fastapi import validation_error_handler
 from cortex.server.auth import AuthMiddleware, SigningKey
 from cortex.server.bodies import Problem
+from cortex.server.console_pages import DEFAULT_AUDIT_SCOPE, Console, install_console
 from cortex.server.cursors import CursorSigner, InvalidCursor
 from cortex.server.routes import router
 from cortex.store import Store, open_store
@@ -158,6 +159,9 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_import_bytes: int = DEFAULT_MAX_IMPORT_BYTES,
     middleware: Iterable[Callable[[ASGIApp], ASGIApp]] = (),
+    console_url: str | URL | None = None,
+    secure_cookies: bool = False,
+    console_audit_scope: str = DEFAULT_AUDIT_SCOPE,
     **pool_options: Any,
 ) -> FastAPI:
     """Cortex's HTTP API on a store (the host's, which it keeps) or a URL (opened and closed here).
@@ -175,6 +179,13 @@ def create_app(
         middleware: ASGI middleware factories wrapped around the API (each
             ``factory(app) -> app``, the first outermost): where a host adds
             telemetry.
+        console_url: the operator console's login, granted ``cortex_console``
+            (docs/console.md); default: the store's own login, which works
+            when it is a superuser or was granted the role.
+        secure_cookies: mark the console's cookies Secure even when the
+            request did not arrive over TLS (behind a TLS-terminating proxy).
+        console_audit_scope: where sign-ins and sign-outs of every-tenant
+            operators are recorded (they have no tenant of their own).
         pool_options: for ``cortex.connect`` when a URL is given.
 
     Raises:
@@ -183,6 +194,14 @@ def create_app(
     key = signing_key if isinstance(signing_key, SigningKey) else SigningKey.parse(signing_key)
     holder = StoreHolder(store_or_url, pool_options)
     holder.signer = CursorSigner(cursor_key or key.secret or secrets.token_bytes(32))
+    console = Console(
+        holder.store,
+        key,
+        cursor_key or key.secret or secrets.token_bytes(32),
+        console_url=console_url,
+        secure_cookies=secure_cookies,
+        audit_scope=console_audit_scope,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -195,6 +214,7 @@ def create_app(
         try:
             yield
         finally:
+            await console.close()
             await holder.close()
 
     app = FastAPI(
@@ -213,6 +233,7 @@ def create_app(
     _install_handlers(app)
     _add_health(app, holder)
     app.include_router(router)
+    install_console(app, console)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     # Added innermost first: Starlette puts the last one added outermost.
     app.add_middleware(AuthMiddleware, key=key, open_paths=OPEN_PATHS)
