@@ -20,6 +20,8 @@ from cortex.errors import InvalidInput
 __all__ = ["add_server_commands"]
 
 _KEY_ENV = "CORTEX_SIGNING_KEY"
+# The operator console's login (granted cortex_console); default: the server's own.
+_CONSOLE_URL_ENV = "CORTEX_CONSOLE_DATABASE_URL"
 
 
 def _signing_key() -> Any:
@@ -48,19 +50,56 @@ def _url(args: argparse.Namespace) -> Iterator[str]:
         yield found
 
 
+def _demo(args: argparse.Namespace) -> tuple[Any, str, str]:
+    """The embedded demo database for the console: a key, its console URL, its application URL."""
+    import anyio
+
+    from cortex._console_demo import prepare_console_demo
+    from cortex.embedded import database_url
+
+    if not os.environ.get(_KEY_ENV):
+        import secrets
+
+        # The demo's own key, for this run only: its tokens die with the process.
+        os.environ[_KEY_ENV] = secrets.token_urlsafe(32)
+    key = _signing_key()
+    with database_url(keep=True) as (found, embedded):
+        if not embedded:
+            raise UsageError("--demo runs on the embedded server: unset CORTEX_DATABASE_URL")
+        console_url, app_url = anyio.run(prepare_console_demo, found)
+    from cortex.server import issue_token
+    from cortex.server.auth import ALL_TENANTS
+
+    token = issue_token(
+        key, scope=ALL_TENANTS, role="operator", ttl=8 * 3600, subject="demo-operator"
+    )
+    echo(
+        f"cortex console: http://{args.host}:{args.port}/console/\n"
+        f"sign in with this operator token (every tenant, 8 hours):\n{token}"
+    )
+    return key, console_url, app_url
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API until SIGTERM or Ctrl-C; in-flight requests finish first."""
-    key = _signing_key()
     import uvicorn
 
     from cortex.server import create_app
 
+    console_url = os.environ.get(_CONSOLE_URL_ENV) or None
+    if args.demo:
+        key, console_url, demo_url = _demo(args)
+        args.database_url = demo_url
+    else:
+        key = _signing_key()
     with _url(args) as url:
         app = create_app(
             url,
             signing_key=key,
             cors_origins=args.cors_origin or (),
             max_body_bytes=args.max_body_bytes,
+            console_url=console_url,
+            secure_cookies=args.secure_cookies,
         )
         config = uvicorn.Config(
             app,
@@ -115,6 +154,16 @@ def add_server_commands(
         type=float,
         default=30.0,
         help="seconds in-flight requests get to finish after SIGTERM (30)",
+    )
+    serve.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        help="mark the console's cookies Secure (behind a TLS-terminating proxy)",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="on the embedded server with demo data; prints an operator token for /console",
     )
     serve.set_defaults(func=cmd_serve)
 
