@@ -6,19 +6,23 @@ import asyncio
 import re
 import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+import asyncpg
 import httpx
 
 import cortex
 from cortex import NewMessage, RequestedInput, use_scope
+from cortex.models import session_uuid
 from cortex.server import SigningKey, create_app, issue_token
-from tests.conftest import Database, admin, with_user
+from tests.conftest import Database, admin, asyncpg_dsn, with_user
 from tests.serving import running
 
 KEY = secrets.token_urlsafe(32)
+T = TypeVar("T")
 
 REFUND_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -102,3 +106,28 @@ def signed_in(base_url: str, scope: str, **kwargs: Any) -> Iterator[httpx.Client
         )
         assert response.status_code == 303, response.text
         yield client
+
+
+async def _state(database: Database, session_id: str) -> tuple[str, int, int]:
+    conn = await asyncpg.connect(asyncpg_dsn(database.owner_url))
+    try:
+        uid = session_uuid(session_id)
+        row = await conn.fetchrow("SELECT state, message_count FROM sessions WHERE id = $1", uid)
+        actions = await conn.fetchval(
+            "SELECT count(*) FROM console_actions WHERE session_id = $1", uid
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return row["state"], row["message_count"], actions
+
+
+def session_state(database: Database, session_id: str) -> tuple[str, int, int]:
+    """(state, messages, audit rows) of a session, read as the owner."""
+    return run_async(_state(database, session_id))
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end on a loop of its own thread (Playwright's sync API holds this one's)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

@@ -14,13 +14,13 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import asyncpg
 import httpx
 import pytest
 
 from cortex.cli import main
-from tests.conftest import Database, asyncpg_dsn
+from tests.conftest import Database
 from tests.console_web import csrf_of, paused, served, signed_in, token
+from tests.console_web import session_state as state
 
 pytestmark = pytest.mark.anyio
 
@@ -45,31 +45,6 @@ def seeded(database: Database, tenants: dict[str, str]) -> dict[str, str]:
         )
         for name, tenant in tenants.items()
     }
-
-
-async def _state(database: Database, session_id: str) -> tuple[str, int, int]:
-    """(state, messages, audit rows) of a session, read as the owner (no tenant binding needed)."""
-    conn = await asyncpg.connect(asyncpg_dsn(database.owner_url))
-    try:
-        uid = uuid.UUID(hex=_hex(session_id))
-        row = await conn.fetchrow("SELECT state, message_count FROM sessions WHERE id = $1", uid)
-        actions = await conn.fetchval(
-            "SELECT count(*) FROM console_actions WHERE session_id = $1", uid
-        )
-    finally:
-        await conn.close()
-    assert row is not None
-    return row["state"], row["message_count"], actions
-
-
-def _hex(session_id: str) -> str:
-    from cortex.models import session_uuid
-
-    return session_uuid(session_id).hex
-
-
-def state(database: Database, session_id: str) -> tuple[str, int, int]:
-    return asyncio.run(_state(database, session_id))
 
 
 def _url(tenant: str, session_id: str) -> str:
