@@ -73,10 +73,9 @@ def _demo(args: argparse.Namespace) -> tuple[Any, str, str]:
     token = issue_token(
         key, scope=ALL_TENANTS, role="operator", ttl=8 * 3600, subject="demo-operator"
     )
-    echo(
-        f"cortex console: http://{args.host}:{args.port}/console/\n"
-        f"sign in with this operator token (every tenant, 8 hours):\n{token}"
-    )
+    echo(f"cortex console: http://{args.host}:{args.port}/console/")
+    echo("sign in with this operator token (every tenant, 8 hours):")
+    echo(token)
     return key, console_url, app_url
 
 

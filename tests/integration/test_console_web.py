@@ -247,3 +247,10 @@ def test_answer_refused_then_accepted_abort_and_audit(
     assert ("sign_in", "ok") in kinds
     assert ("sign_out", "ok") in kinds
     assert kinds.count(("resume", "ok")) == 1
+
+
+def test_an_every_tenant_token_is_for_the_console_only(base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        response = client.get("/v1/sessions", headers={"Authorization": f"Bearer {token('*')}"})
+    assert response.status_code == 401
+    assert "console" in response.json()["detail"]
