@@ -22,6 +22,8 @@ from cortex.errors import InvalidInput
 __all__ = ["add_server_commands"]
 
 _KEY_ENV = "CORTEX_SIGNING_KEY"
+# The operator console's login (granted cortex_console); default: the server's own.
+_CONSOLE_URL_ENV = "CORTEX_CONSOLE_DATABASE_URL"
 
 
 def _signing_key() -> Any:
@@ -60,15 +62,49 @@ def _log_access_to_stderr() -> None:
     access.propagate = False
 
 
+def _demo(args: argparse.Namespace) -> tuple[Any, str, str]:
+    """The embedded demo database for the console: a key, its console URL, its application URL."""
+    import anyio
+
+    from cortex._console_demo import prepare_console_demo
+    from cortex.embedded import database_url
+
+    if not os.environ.get(_KEY_ENV):
+        import secrets
+
+        # The demo's own key, for this run only: its tokens die with the process.
+        os.environ[_KEY_ENV] = secrets.token_urlsafe(32)
+    key = _signing_key()
+    with database_url(keep=True) as (found, embedded):
+        if not embedded:
+            raise UsageError("--demo runs on the embedded server: unset CORTEX_DATABASE_URL")
+        console_url, app_url = anyio.run(prepare_console_demo, found)
+    from cortex.server import issue_token
+    from cortex.server.auth import ALL_TENANTS
+
+    token = issue_token(
+        key, scope=ALL_TENANTS, role="operator", ttl=8 * 3600, subject="demo-operator"
+    )
+    echo(f"cortex console: http://{args.host}:{args.port}/console/")
+    echo("sign in with this operator token (every tenant, 8 hours):")
+    echo(token)
+    return key, console_url, app_url
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API until SIGTERM or Ctrl-C; in-flight requests finish first."""
-    key = _signing_key()
     import uvicorn
 
     from cortex.server import create_app
 
     if args.access_log:
         _log_access_to_stderr()
+    console_url = os.environ.get(_CONSOLE_URL_ENV) or None
+    if args.demo:
+        key, console_url, demo_url = _demo(args)
+        args.database_url = demo_url
+    else:
+        key = _signing_key()
     with _url(args) as url:
         app = create_app(
             url,
@@ -77,6 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             telemetry=not args.no_metrics,
             access_log=args.access_log,
+            console_url=console_url,
+            secure_cookies=args.secure_cookies,
         )
         config = uvicorn.Config(
             app,
@@ -96,8 +134,12 @@ def cmd_token_issue(args: argparse.Namespace) -> int:
     """Print a token for ``--scope`` signed with the HS256 secret in ``$CORTEX_SIGNING_KEY``."""
     key = _signing_key()
     from cortex.server import issue_token
+    from cortex.server.auth import ALL_TENANTS
 
-    echo(issue_token(key, scope=args.scope, role=args.role, ttl=args.ttl, subject=args.subject))
+    if args.all_tenants and args.role != "operator":
+        raise UsageError("--all-tenants: for --role operator only")
+    scope = ALL_TENANTS if args.all_tenants else args.scope
+    echo(issue_token(key, scope=scope, role=args.role, ttl=args.ttl, subject=args.subject))
     return EXIT_OK
 
 
@@ -140,6 +182,16 @@ def add_server_commands(
         action="store_true",
         help="log one JSON line per request on stderr (method, route, status, duration, trace id)",
     )
+    serve.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        help="mark the console's cookies Secure (behind a TLS-terminating proxy)",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="on the embedded server with demo data; prints an operator token for /console",
+    )
     serve.set_defaults(func=cmd_serve)
 
     token = commands.add_parser("token", help="tokens for the HTTP API", parents=[common])
@@ -149,7 +201,13 @@ def add_server_commands(
         help="print a token signed with $CORTEX_SIGNING_KEY (an HS256 secret)",
         parents=[common],
     )
-    issue.add_argument("--scope", required=True, help="the scope the token acts in")
+    where = issue.add_mutually_exclusive_group(required=True)
+    where.add_argument("--scope", help="the scope the token acts in")
+    where.add_argument(
+        "--all-tenants",
+        action="store_true",
+        help="an operator token for every tenant (the console only; /v1 refuses it)",
+    )
     issue.add_argument("--role", choices=("app", "operator"), default="app", help="app or operator")
     issue.add_argument("--ttl", type=int, default=3600, help="seconds until it expires (3600)")
     issue.add_argument("--subject", default="cortex-cli", help="the token's sub claim")

@@ -46,7 +46,7 @@ from cortex._sql.params import (
 )
 from cortex._sql.predicates import escape_like, scope_params
 from cortex._validate import boundary
-from cortex.errors import DatabaseError, InvalidInput, sqlstate_of, translate_errors
+from cortex.errors import DatabaseError, InvalidInput, NotFound, sqlstate_of, translate_errors
 from cortex.ids import SESSION_PREFIX, format_id
 from cortex.models import AgentId, SearchTerm, SessionId, SessionState, _Model, session_uuid
 from cortex.scope import Scope
@@ -154,6 +154,9 @@ def _tenant(text: str) -> str:
     if scope.depth != 1:
         raise ValueError("a tenant is one scope segment")
     return text
+
+
+Tenant = Annotated[str, Strict(), AfterValidator(_tenant)]
 
 
 class WaitingFilter(_Model):
@@ -373,6 +376,23 @@ class OperatorView:
             if last is None
             else _encode_cursor("w", last.updated_at, last.id, last.tenant_id),
         )
+
+    @boundary
+    async def session_scope(self, tenant: Tenant, session_id: SessionId) -> Scope:
+        """The scope of ``tenant``'s session ``session_id``, if it is at or beneath the operator scope.
+
+        Whatever its state: a console page keeps showing a session once answered.
+
+        Raises:
+            InvalidInput: ``tenant`` or ``session_id`` is malformed (before any SQL).
+            NotFound: no such session within the operator scope (another tenant's too).
+            DatabaseError: the login cannot act as ``cortex_console``.
+        """
+        params = {**self._scope_binds, C_TENANT: tenant, SESSION_ID: session_uuid(session_id)}
+        rows = await self._read(sql.session_scope_statement(self._kind), params)
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        return Scope.parse(rows[0].scope)
 
     @boundary
     async def list_actions(

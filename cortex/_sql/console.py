@@ -47,6 +47,7 @@ __all__ = [
     "actions_statement",
     "bind_statement",
     "insert_action_statement",
+    "session_scope_statement",
     "waiting_statement",
 ]
 
@@ -159,6 +160,16 @@ def waiting_statement(
         .where(*conditions)
         .order_by(sessions.c.updated_at.desc(), sessions.c.id.desc(), sessions.c.tenant_id.desc())
         .limit(int_param(LIMIT))
+    )
+
+
+@cache
+def session_scope_statement(kind: int) -> sa.Select[Any]:
+    """The scope of one session of one tenant, when it is at or beneath the operator scope."""
+    return sa.select(sessions.c.scope).where(
+        sessions.c.tenant_id == text_param(C_TENANT),
+        sessions.c.id == uuid_param(SESSION_ID),
+        _where_scope(sessions.c.tenant_id, sessions.c.scope, kind),
     )
 
 

@@ -33,6 +33,7 @@ from cortex.errors import CortexError
 from cortex.fastapi import validation_error_handler
 from cortex.server.auth import AuthMiddleware, SigningKey
 from cortex.server.bodies import Problem
+from cortex.server.console_pages import DEFAULT_AUDIT_SCOPE, Console, install_console
 from cortex.server.cursors import CursorSigner, InvalidCursor
 from cortex.server.routes import router
 from cortex.store import Store, open_store
@@ -179,6 +180,9 @@ def create_app(
     record_scope: bool = False,
     registry: CollectorRegistry | None = None,
     tracer_provider: TracerProvider | None = None,
+    console_url: str | URL | None = None,
+    secure_cookies: bool = False,
+    console_audit_scope: str = DEFAULT_AUDIT_SCOPE,
     **pool_options: Any,
 ) -> FastAPI:
     """Cortex's HTTP API on a store (the host's, which it keeps) or a URL (opened and closed here).
@@ -207,6 +211,13 @@ def create_app(
         record_scope: put the scope path (tenant data) on each store span.
         registry: the Prometheus registry (default: prometheus_client's global one).
         tracer_provider: where spans go (default: OpenTelemetry's global provider).
+        console_url: the operator console's login, granted ``cortex_console``
+            (docs/console.md); default: the store's own login, which works
+            when it is a superuser or was granted the role.
+        secure_cookies: mark the console's cookies Secure even when the
+            request did not arrive over TLS (behind a TLS-terminating proxy).
+        console_audit_scope: where sign-ins and sign-outs of every-tenant
+            operators are recorded (they have no tenant of their own).
         pool_options: for ``cortex.connect`` when a URL is given.
 
     Raises:
@@ -227,6 +238,14 @@ def create_app(
 
     holder = StoreHolder(store_or_url, pool_options, on_open)
     holder.signer = CursorSigner(cursor_key or key.secret or secrets.token_bytes(32))
+    console = Console(
+        holder.store,
+        key,
+        cursor_key or key.secret or secrets.token_bytes(32),
+        console_url=console_url,
+        secure_cookies=secure_cookies,
+        audit_scope=console_audit_scope,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -239,6 +258,7 @@ def create_app(
         try:
             yield
         finally:
+            await console.close()
             await holder.close()
 
     app = FastAPI(
@@ -261,6 +281,7 @@ def create_app(
         from cortex.telemetry import metrics_app
 
         app.router.routes.append(Route(METRICS_PATH, metrics_app(registry), methods=["GET"]))
+    install_console(app, console)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     # Added innermost first: Starlette puts the last one added outermost.
     app.add_middleware(AuthMiddleware, key=key, open_paths=OPEN_PATHS)

@@ -27,12 +27,14 @@ from cortex.errors import CortexError, InvalidInput, InvalidScope, ScopeViolatio
 from cortex.scope import Scope, use_scope
 
 __all__ = [
+    "ALL_TENANTS",
     "KEY_ENV",
     "MIN_SECRET_BYTES",
     "ROLES",
     "AuthMiddleware",
     "Principal",
     "SigningKey",
+    "decode_token",
     "issue_token",
 ]
 
@@ -40,6 +42,8 @@ KEY_ENV: Final = "CORTEX_SIGNING_KEY"
 MIN_SECRET_BYTES: Final = 32
 ROLES: Final = ("app", "operator")
 SCOPE_HEADER: Final = "cortex-scope"
+# The scope claim of an operator token for every tenant: the console reads it, /v1 refuses it.
+ALL_TENANTS: Final = "*"
 # How a key is made, for the error that asks for one.
 MAKE_KEY: Final = (
     f"set {KEY_ENV} to a secret of at least {MIN_SECRET_BYTES} bytes, e.g."
@@ -126,15 +130,37 @@ def issue_token(
         raise InvalidInput(f"ttl: a positive number of seconds, got {ttl!r}")
     if not subject:
         raise InvalidInput("subject: a name, not empty")
+    if scope == ALL_TENANTS and role != "operator":
+        raise InvalidInput("scope: every tenant is for operator tokens only")
     now = int(time.time())
     claims = {
         "sub": subject,
-        "scope": str(Scope.parse(scope)),
+        "scope": ALL_TENANTS if scope == ALL_TENANTS else str(Scope.parse(scope)),
         "role": role,
         "iat": now,
         "exp": now + ttl,
     }
     return jwt.encode(claims, key.secret, algorithm="HS256")
+
+
+def decode_token(key: SigningKey, token: str) -> dict[str, Any]:
+    """The claims of a token that verifies (signature, ``exp``; sub, scope and role present).
+
+    Raises:
+        Unauthorized: it does not verify, or has expired.
+    """
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key.key,
+            algorithms=[key.algorithm],
+            options={"require": ["exp", "sub", "scope", "role"]},
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthorized("the token has expired") from None
+    except jwt.InvalidTokenError as exc:
+        raise Unauthorized(f"the token does not verify: {exc}") from None
+    return claims
 
 
 def verify(key: SigningKey, authorization: str | None, narrowed: str | None) -> Principal:
@@ -147,19 +173,10 @@ def verify(key: SigningKey, authorization: str | None, narrowed: str | None) -> 
     """
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("a bearer token is required: Authorization: Bearer <JWT>")
-    token = authorization[7:].strip()
-    try:
-        claims = jwt.decode(
-            token,
-            key.key,
-            algorithms=[key.algorithm],
-            options={"require": ["exp", "sub", "scope", "role"]},
-        )
-    except jwt.ExpiredSignatureError:
-        raise Unauthorized("the token has expired") from None
-    except jwt.InvalidTokenError as exc:
-        raise Unauthorized(f"the token does not verify: {exc}") from None
+    claims = decode_token(key, authorization[7:].strip())
     role, subject, path = claims.get("role"), claims.get("sub"), claims["scope"]
+    if path == ALL_TENANTS:
+        raise Unauthorized("an every-tenant operator token is for the console; /v1 needs a scope")
     if role not in ROLES:
         raise Unauthorized(f"the token's role must be one of {', '.join(ROLES)}")
     if not isinstance(subject, str) or not subject:

@@ -47,6 +47,9 @@ def test_wheel_in_a_clean_venv(blank_db: str, tmp_path: Path) -> None:
     assert "Provides-Extra: embedded\n" in headers
     assert "Provides-Extra: fastapi\n" in headers
     assert any(n.startswith("cortex/_alembic/versions/") for n in names)
+    # The console's templates and stylesheet ship in the package: no build step.
+    assert "cortex/server/templates/session.html" in names
+    assert "cortex/server/static/console.css" in names
 
     venv = tmp_path / "clean"
     _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp_path)
