@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -171,6 +172,13 @@ def verify(key: SigningKey, authorization: str | None, narrowed: str | None) -> 
         InvalidScope: the header names a malformed scope.
         ScopeViolation: the header names a scope outside the token's.
     """
+    return _verify(key, authorization, narrowed)[0]
+
+
+def _verify(
+    key: SigningKey, authorization: str | None, narrowed: str | None
+) -> tuple[Principal, float]:
+    """:func:`verify`, with the moment the token expires."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("a bearer token is required: Authorization: Bearer <JWT>")
     claims = decode_token(key, authorization[7:].strip())
@@ -190,7 +198,39 @@ def verify(key: SigningKey, authorization: str | None, narrowed: str | None) -> 
         scope = Scope.parse(narrowed)
         if not granted.contains(scope):
             raise ScopeViolation(f"Cortex-Scope: {scope} is not within the token's scope {granted}")
-    return Principal(subject, role, scope, granted)
+    return Principal(subject, role, scope, granted), float(claims["exp"])
+
+
+class VerifiedTokens:
+    """The principals of tokens that verified, each until its token expires.
+
+    A client sends one token on many requests; checking its signature once
+    saves a third of a small request's server time. Only a token that
+    verified is kept, so a flood of forged ones cannot fill it; a kept one
+    is used only while the clock is before its ``exp``, as PyJWT checks it
+    (``iat`` and ``nbf``, once passed, stay passed).
+    """
+
+    def __init__(self, key: SigningKey, *, size: int = 4096) -> None:
+        self.key = key
+        self.size = size
+        self._kept: OrderedDict[tuple[str, str | None], tuple[Principal, float]] = OrderedDict()
+
+    def principal(self, authorization: str | None, narrowed: str | None) -> Principal:
+        """:func:`verify`'s answer, from the kept ones while the token has not expired."""
+        if authorization is None:
+            return verify(self.key, authorization, narrowed)
+        kept = self._kept.get((authorization, narrowed))
+        if kept is not None:
+            if time.time() < kept[1]:
+                self._kept.move_to_end((authorization, narrowed))
+                return kept[0]
+            del self._kept[(authorization, narrowed)]
+        principal, expires = _verify(self.key, authorization, narrowed)
+        self._kept[(authorization, narrowed)] = (principal, expires)
+        if len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return principal
 
 
 class AuthMiddleware:
@@ -205,6 +245,7 @@ class AuthMiddleware:
         self.app = app
         self.key = key
         self.open_paths = open_paths
+        self.tokens = VerifiedTokens(key)
 
     async def __call__(self, scope: _Request, receive: Receive, send: Send) -> None:
         """Answer 401/403/422 without calling the app, or call it with the scope bound."""
@@ -213,8 +254,8 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            principal = verify(
-                self.key, header(scope, "authorization"), header(scope, SCOPE_HEADER)
+            principal = self.tokens.principal(
+                header(scope, "authorization"), header(scope, SCOPE_HEADER)
             )
         except Unauthorized as exc:
             await _refuse(send, 401, problem("Unauthorized", 401, str(exc)), bearer=True)

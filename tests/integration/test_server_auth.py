@@ -8,13 +8,15 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cortex.server import create_app
+from cortex.server import SigningKey, create_app
+from cortex.server.auth import Unauthorized, VerifiedTokens
 from tests.conftest import Database
 from tests.serving import running
 
@@ -145,3 +147,41 @@ async def test_health_needs_no_token(hs_url: str) -> None:
         assert (await c.get("/healthz")).status_code == 200
         assert (await c.get("/readyz")).status_code == 200
         assert (await c.get("/v1/openapi.json")).status_code == 200
+
+
+async def test_a_token_that_verified_is_refused_once_it_expires(hs_url: str) -> None:
+    expires = int(time.time()) + 2
+    token = hs(exp=expires)
+    assert (await status(hs_url, token)).status_code == 200
+    assert (await status(hs_url, token)).status_code == 200  # the kept principal
+    await anyio.sleep(expires - time.time() + 0.1)
+    response = await status(hs_url, token)
+    assert response.status_code == 401, response.text
+    assert "expired" in response.json()["detail"]
+
+
+async def test_one_token_narrowed_two_ways_acts_in_each(hs_url: str) -> None:
+    token = hs(scope="acme")
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=hs_url, headers=headers) as c:
+        for narrowed in ("acme/a", "acme/b", "acme/a"):
+            got = await c.get("/v1/scope-data", headers={"Cortex-Scope": narrowed})
+            assert got.status_code == 200, got.text
+            assert got.json()["scope"] == narrowed
+        assert (
+            await c.get("/v1/scope-data", headers={"Cortex-Scope": "globex"})
+        ).status_code == 403
+
+
+def test_only_tokens_that_verify_are_kept_and_the_oldest_go_first() -> None:
+    tokens = VerifiedTokens(SigningKey.parse(SECRET), size=2)
+    good = [f"Bearer {hs(sub=name)}" for name in ("a", "b", "c")]
+    first = tokens.principal(good[0], None)
+    assert tokens.principal(good[0], None) is first
+    for forged in ("Bearer not-a-jwt", f"Bearer {jwt.encode(claims(), 'x' * 40)}"):
+        with pytest.raises(Unauthorized):
+            tokens.principal(forged, None)
+    tokens.principal(good[1], None)
+    tokens.principal(good[2], None)
+    # Room for two: the first token is verified again, a new principal.
+    assert tokens.principal(good[0], None) is not first
