@@ -24,7 +24,14 @@ What another variant gives up is what the index serves (docs/query-plans.md):
   sessions) is one index walk (``ix_sessions_l2_recent``,
   ``ix_sessions_l3_recent`` and their agent forms); without them, a walk of
   the tenant's rows that filters;
-- **agent listings**: ``agent_id`` filters (``ix_sessions_agent_*``).
+- **agent listings**: ``agent_id`` filters (``ix_sessions_agent_*``);
+- **metadata filters**: ``ListFilter(metadata=...)`` finds its candidates in
+  ``ix_sessions_metadata_pairs``; without it, the listing walk checks each
+  row. The appending sessions carry metadata, as a host's usually do, so
+  the partial index has their entries;
+- **the console's page**: waiting sessions across tenants
+  (``ix_sessions_console_recent``, partial: no entry for an idle session,
+  so these appends pay nothing for it).
 
 Per variant and round: both sides' appends per second and bytes of WAL per
 append, and, where the server runs on this machine, the whole machine's CPU
@@ -118,6 +125,16 @@ VARIANTS: Final = (
     ),
     Variant("no subtree listing indexes", "one index walk per team or user", _SUBTREE),
     Variant(
+        "no metadata filter index",
+        "indexed metadata filters",
+        ("ix_sessions_metadata_pairs",),
+    ),
+    Variant(
+        "no console index",
+        "one index walk per console page across tenants",
+        ("ix_sessions_console_recent",),
+    ),
+    Variant(
         "no agent listing indexes",
         "one index walk per agent filter",
         (
@@ -129,6 +146,8 @@ VARIANTS: Final = (
     ),
 )
 
+# What a host typically files a session under.
+METADATA: Final = {"channel": "web", "plan": "pro", "locale": "en-GB"}
 _FLOOR_TABLES: Final = ("physical.sessions", "physical.messages")
 _INDEXES_SQL: Final = """
 SELECT c.relname::text AS name, pg_catalog.pg_get_indexdef(c.oid) AS definition
@@ -189,7 +208,10 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
         local = await _server_is_here(owner)
         async with cortex.connect(db.app_url, pool_size=p.concurrency, max_overflow=0) as store:
             with use_scope(SCOPE):
-                ours = [(await store.create_session(AGENT)).id for _ in range(p.concurrency)]
+                ours = [
+                    (await store.create_session(AGENT, metadata=METADATA)).id
+                    for _ in range(p.concurrency)
+                ]
             theirs = [await _physical_session(phys, "indexes") for _ in range(p.concurrency)]
             batch = [NewMessage("user", TEXT)]
 
