@@ -37,6 +37,7 @@ from cortex.migrate import (
     MIGRATION_LOCK_KEY,
     check_distributed_downgrade,
     check_downgrade,
+    console_policy_for_citus_sql,
     distribute_all_sql,
     install_routines,
     record_compatibility,
@@ -95,6 +96,7 @@ def run_migrations_offline() -> None:
         # The script refuses, as an online run does, another role's objects in cortex's way.
         context.execute(ddl_v1.preflight_check())
         # A database migrated before the extension was added (cortex.migrate).
+        context.execute(console_policy_for_citus_sql())
         context.execute(distribute_all_sql())
         context.run_migrations()
 
@@ -150,6 +152,7 @@ def _do_run_migrations(connection: Connection) -> None:
             # On Citus, a database migrated before the extension was added:
             # distributed before a revision co-locates a new table with its
             # tables (cortex.migrate), and again after the run.
+            connection.exec_driver_sql(console_policy_for_citus_sql())
             connection.exec_driver_sql(distribute_all_sql())
             connection.commit()
         config.attributes["step_started"] = time.monotonic()

@@ -31,6 +31,7 @@ import io
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
@@ -700,6 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo(f"cortex: error: {exc}", err=True)
         return EXIT_USAGE
     except CortexError as exc:  # its message may quote a title, an id, a revision
+        if os.environ.get("CORTEX_DEBUG"):
+            traceback.print_exception(exc)
         echo(f"cortex: error: {exc}", err=True)
         return next((c for cls, c in EXIT_CODES if isinstance(exc, cls)), EXIT_ERROR)
     except KeyboardInterrupt:

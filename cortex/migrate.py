@@ -123,6 +123,7 @@ _DISTRIBUTED_TABLES: Final = (
     "scope_data",
     "erasures",
     "retention_policies",
+    "console_actions",
 )
 
 
@@ -140,6 +141,40 @@ def distribute_all_sql() -> str:
     revision are skipped; on plain PostgreSQL it does nothing.
     """
     return distribute_tables_sql(_DISTRIBUTED_TABLES)
+
+
+def console_policy_for_citus_sql() -> str:
+    """On Citus, the console's policy on a still-local ``pending_inputs`` made fit to distribute.
+
+    Revision 20261205000025 gives the console role a policy on
+    ``pending_inputs`` that looks its session up (a subquery) on plain
+    PostgreSQL, and one that checks its tenant on Citus, which cannot carry
+    a subquery in a policy to its shards. A database migrated past it
+    before the extension was added holds the first, which
+    ``create_distributed_table`` refuses: ``alembic/env.py`` runs this
+    before :func:`distribute_all_sql`, with it the same expression the
+    revision gives Citus. Anywhere else it does nothing.
+    """
+    return """
+DO $console$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
+       OR pg_catalog.to_regclass('pending_inputs') IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid = pg_catalog.to_regclass('pending_inputs'))
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_policy
+                      WHERE polrelid = pg_catalog.to_regclass('pending_inputs')
+                        AND polname = 'console_scope') THEN
+        RETURN;
+    END IF;
+    DROP POLICY console_scope ON pending_inputs;
+    CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console
+        USING (public.cortex_console_sees(tenant_id));
+END
+$console$
+"""
 
 
 _DISTRIBUTION_SQL: Final = """

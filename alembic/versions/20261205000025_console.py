@@ -98,12 +98,17 @@ _OF_VISIBLE_SESSION: Final = (
     "EXISTS (SELECT FROM public.sessions AS s"
     " WHERE s.tenant_id = pending_inputs.tenant_id AND s.id = pending_inputs.session_id)"
 )
+# Citus cannot carry a policy holding a subquery to its shards: there a
+# pending input is the console's when its tenant is wholly beneath the bound
+# scope (an operator of a subtree of a tenant sees none; docs/citus.md).
+_OF_VISIBLE_TENANT: Final = f"public.{FUNCTION}(tenant_id)"
 CONSOLE_POLICIES: Final = {
     "sessions": _BENEATH,
     "pending_inputs": _OF_VISIBLE_SESSION,
     "session_markers": _BENEATH,
     "console_actions": _BENEATH,
 }
+ON_CITUS: Final = {"pending_inputs": _OF_VISIBLE_TENANT}
 # What the console may read: what a listing shows, never documents, payloads or content.
 CONSOLE_GRANTS: Final = (
     "GRANT USAGE ON SCHEMA public TO cortex_console",
@@ -217,10 +222,19 @@ def _policy(table: str, using: str) -> tuple[str, str]:
 
 def console_sql() -> str:
     """The console's grants and policies, in one block that does nothing without the role."""
-    steps = [*CONSOLE_GRANTS]
+    body = "".join(f"    EXECUTE {_literal(step)};\n" for step in CONSOLE_GRANTS)
     for table, using in CONSOLE_POLICIES.items():
-        steps.extend(_policy(table, using))
-    body = "".join(f"    EXECUTE {_literal(step)};\n" for step in steps)
+        plain = "".join(f"        EXECUTE {_literal(step)};\n" for step in _policy(table, using))
+        if table not in ON_CITUS:
+            body += plain.replace("        ", "    ", 1).replace("\n        ", "\n    ")
+            continue
+        citus = "".join(
+            f"        EXECUTE {_literal(step)};\n" for step in _policy(table, ON_CITUS[table])
+        )
+        body += (
+            "    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN\n"
+            f"{citus}    ELSE\n{plain}    END IF;\n"
+        )
     return (
         "DO $console$\nBEGIN\n"
         "    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'cortex_console')"
@@ -278,9 +292,21 @@ END
 $console$"""
 
 
+# Citus drops a function over one connection per node, which the parallel
+# DDL of the policies and the table before it would forbid.
+_SEQUENTIAL_ON_CITUS: Final = """DO $citus$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
+END
+$citus$"""
+
+
 def downgrade() -> None:
     with op.get_context().autocommit_block():
         ddl.drop_index(INDEX)
+    op.execute(_SEQUENTIAL_ON_CITUS)
     for table in ("sessions", "pending_inputs", "session_markers"):
         op.execute(f"DROP POLICY IF EXISTS console_scope ON {table}")
     op.execute("DROP TABLE IF EXISTS console_actions")

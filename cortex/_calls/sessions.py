@@ -359,9 +359,11 @@ async def _filter_params(
     """The listing's shape and bind values, after the candidates some filters look up first.
 
     On Citus a tenant-wide search's candidates (one statement). A metadata
-    filter's candidates, on any database (one statement; see
+    filter's candidates, on plain PostgreSQL (one statement; see
     cortex._sql.predicates.metadata_candidates_statement): bound when there
-    are few enough, else the listing walk checks the filter on each row.
+    are few enough, else the listing walk checks the filter on each row. On
+    Citus the walk always does: the candidates' estimate and their byte-order
+    tenant comparison would make them a query on every shard.
     """
     shape = filter_shape(scope, flt, distributed=distributed)
     params = filter_params(scope, flt)
@@ -369,7 +371,7 @@ async def _filter_params(
         search = {k: params[k] for k in (SCOPE_TENANT, SEARCH_PATTERN)}
         found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
         params[SEARCH_IDS] = found
-    if uses_metadata_candidates(shape):
+    if uses_metadata_candidates(shape) and not shape.distributed:
         statement = metadata_candidates_statement()
         given = metadata_candidate_params(scope, flt, cap)
         ids = (await conn.execute(statement, given)).scalar_one()

@@ -43,6 +43,7 @@ pytestmark = [
 ]
 
 _TABLES = [
+    "console_actions",
     "erasures",
     "messages",
     "pending_inputs",

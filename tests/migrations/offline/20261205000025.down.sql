@@ -6,6 +6,14 @@ DROP INDEX CONCURRENTLY IF EXISTS ix_sessions_console_recent;
 
 BEGIN;
 
+DO $citus$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
+END
+$citus$;
+
 DROP POLICY IF EXISTS console_scope ON sessions;
 
 DROP POLICY IF EXISTS console_scope ON pending_inputs;

@@ -391,8 +391,13 @@ BEGIN
     EXECUTE 'GRANT EXECUTE ON FUNCTION public.cortex_console_sees(text) TO cortex_console';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON sessions';
     EXECUTE 'CREATE POLICY console_scope ON sessions FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
-    EXECUTE 'DROP POLICY IF EXISTS console_scope ON pending_inputs';
-    EXECUTE 'CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console USING (EXISTS (SELECT FROM public.sessions AS s WHERE s.tenant_id = pending_inputs.tenant_id AND s.id = pending_inputs.session_id))';
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        EXECUTE 'DROP POLICY IF EXISTS console_scope ON pending_inputs';
+        EXECUTE 'CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console USING (public.cortex_console_sees(tenant_id))';
+    ELSE
+        EXECUTE 'DROP POLICY IF EXISTS console_scope ON pending_inputs';
+        EXECUTE 'CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console USING (EXISTS (SELECT FROM public.sessions AS s WHERE s.tenant_id = pending_inputs.tenant_id AND s.id = pending_inputs.session_id))';
+    END IF;
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON session_markers';
     EXECUTE 'CREATE POLICY console_scope ON session_markers FOR SELECT TO cortex_console USING (public.cortex_console_sees(scope))';
     EXECUTE 'DROP POLICY IF EXISTS console_scope ON console_actions';

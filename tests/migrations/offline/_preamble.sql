@@ -34,6 +34,25 @@ END IF;
 END
 $check$;
 
+DO $console$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')
+       OR pg_catalog.to_regclass('pending_inputs') IS NULL THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid = pg_catalog.to_regclass('pending_inputs'))
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_policy
+                      WHERE polrelid = pg_catalog.to_regclass('pending_inputs')
+                        AND polname = 'console_scope') THEN
+        RETURN;
+    END IF;
+    DROP POLICY console_scope ON pending_inputs;
+    CREATE POLICY console_scope ON pending_inputs FOR SELECT TO cortex_console
+        USING (public.cortex_console_sees(tenant_id));
+END
+$console$;
+
 DO $citus$
 DECLARE
     cortex_table text;
@@ -60,7 +79,7 @@ BEGIN
         -- parallel DDL earlier in the transaction forbids.
         PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     END IF;
-    FOREACH cortex_table IN ARRAY ARRAY['sessions', 'messages', 'pending_inputs', 'session_markers', 'scope_data', 'erasures', 'retention_policies']::text[] LOOP
+    FOREACH cortex_table IN ARRAY ARRAY['sessions', 'messages', 'pending_inputs', 'session_markers', 'scope_data', 'erasures', 'retention_policies', 'console_actions']::text[] LOOP
         CONTINUE WHEN pg_catalog.to_regclass(cortex_table) IS NULL OR EXISTS (
             SELECT FROM pg_catalog.pg_dist_partition
             WHERE logicalrelid = pg_catalog.to_regclass(cortex_table)
