@@ -124,6 +124,7 @@ _DISTRIBUTED_TABLES: Final = (
     "erasures",
     "retention_policies",
     "console_actions",
+    "metadata_pairs",
 )
 
 
@@ -425,8 +426,8 @@ _GRANTS: Final = (
     ("EXECUTE", "FUNCTION cortex_search_ids(text)"),
     # The same, by tenant, in a statement of its own (what Citus can route).
     ("EXECUTE", "FUNCTION cortex_tenant_search(text, text)"),
-    # A metadata filter's candidates (it checks the bound tenant itself).
-    ("EXECUTE", "FUNCTION cortex_metadata_ids(text, jsonb, integer)"),
+    # A metadata filter's candidates; only cortex's triggers write them.
+    ("SELECT", "TABLE metadata_pairs"),
 )
 
 

@@ -91,18 +91,21 @@ async def explain_page(
 async def explain_filtered_page(
     app_conn: asyncpg.Connection, scope: Scope, flt: ListFilter
 ) -> tuple[list[Any] | None, list[asyncpg.Record], Any]:
-    """As :func:`explain_page`, after the metadata filter's candidates, looked up as the store does.
+    """As :func:`explain_page`, after the metadata filter's first window of candidates, as the store reads it.
 
     Returns the candidates (None: too many, the page walks), the page's rows
     and its plan. The plan cache as the store's own statements leave it.
     """
     from cortex._db.executor import compile_statement
-    from cortex._sql.params import METADATA_IDS
+    from cortex._sql.params import METADATA_IDS, METADATA_SINCE
     from cortex._sql.predicates import (
+        METADATA_CANDIDATES,
         filter_params,
         filter_shape,
+        hour_start,
         metadata_candidate_params,
         metadata_candidates_statement,
+        too_many_candidates,
         uses_metadata_candidates,
         with_candidates,
     )
@@ -114,12 +117,21 @@ async def explain_filtered_page(
         await app_conn.execute(f"SET LOCAL cortex.tenant = '{scope.tenant}'")
         ids = None
         if uses_metadata_candidates(shape):
-            found = compile_statement(metadata_candidates_statement())
-            given = metadata_candidate_params(scope, flt)
-            ids = await app_conn.fetchval(found.sql, *(given[name] for name in found.order))
+            found = compile_statement(metadata_candidates_statement(shape.metadata, before=False))
+            given = metadata_candidate_params(
+                scope, flt, skip=flt.page_size - 1, cap=METADATA_CANDIDATES
+            )
+            since, ids = await app_conn.fetchrow(
+                found.sql, *(given[n] if n in given else found.fixed[n] for n in found.order)
+            )
+            ids = ids or []
+            if too_many_candidates(len(ids), wanted=flt.page_size, cap=METADATA_CANDIDATES):
+                ids = None
         if ids is not None:
-            shape = with_candidates(shape)
+            shape = with_candidates(shape, window=since is not None)
             values[METADATA_IDS] = ids
+            if since is not None:
+                values[METADATA_SINCE] = hour_start(since)
         compiled = compile_statement(page_statement(shape, cursor=False, offset=False))
         args = [values[n] if n in values else compiled.fixed[n] for n in compiled.order]
         rows = await app_conn.fetch(compiled.sql, *args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from cortex._calls.constraints import Writing, refusal, refusals
@@ -31,6 +32,7 @@ from cortex._sql.params import (
     LIMIT,
     LOCK_KEY,
     METADATA_IDS,
+    METADATA_SINCE,
     NEW_AGENT_ID,
     NEW_DATA,
     NEW_IS_DEFAULT,
@@ -61,11 +63,13 @@ from cortex._sql.predicates import (
     depth_class,
     filter_params,
     filter_shape,
+    hour_start,
     metadata_candidate_params,
     metadata_candidates_statement,
     scope_params,
     searches_tenant,
     tenant_search_statement,
+    too_many_candidates,
     uses_metadata_candidates,
     with_candidates,
 )
@@ -302,16 +306,71 @@ async def select_page(
     """One page of the listing, by offset or after a keyset cursor.
 
     ``distributed``: the tables are distributed (Citus); see cortex._sql.predicates.search_clause.
+
+    A metadata filter's page reads its candidates a window of hours at a
+    time (:func:`_metadata_window`): the newest hours holding at least
+    ``offset + limit`` matches first, and wider windows while the page
+    comes out short (another filter dropped candidates), until the window
+    holds every match or too many to read one by one, when the listing
+    walk checks the filter on each row instead.
     """
     shape, params = await _filter_params(conn, scope, flt, distributed)
-    stmt = sql.page_statement(shape, cursor=after is not None, offset=offset > 0)
-    params[LIMIT] = limit
-    if offset > 0:
-        params[OFFSET] = offset
     if after is not None:
         params.update(cursor_params(*after))
+    if offset > 0:
+        params[OFFSET] = offset
+    params[LIMIT] = limit
+    cursor, offsets = after is not None, offset > 0
+    if uses_metadata_candidates(shape):
+        before = _latest(after[0] if after is not None else None, flt.updated_before)
+        wanted = offset + limit
+        while wanted <= METADATA_CANDIDATES:
+            window = await _metadata_window(conn, scope, flt, shape, skip=wanted - 1, before=before)
+            if window is None:
+                break
+            windowed, given = window
+            stmt = sql.page_statement(windowed, cursor=cursor, offset=offsets)
+            rows = (await conn.execute(stmt, {**params, **given})).all()
+            if len(rows) >= limit or not windowed.window:
+                return page_sessions(rows, await _page_documents(conn, scope, rows))
+            wanted *= 8
+    stmt = sql.page_statement(shape, cursor=cursor, offset=offsets)
     rows = (await conn.execute(stmt, params)).all()
     return page_sessions(rows, await _page_documents(conn, scope, rows))
+
+
+def _latest(*moments: datetime | None) -> datetime | None:
+    """The earliest of the given upper bounds on ``updated_at``, if any."""
+    given = [moment for moment in moments if moment is not None]
+    return min(given) if given else None
+
+
+async def _metadata_window(
+    conn: Tx,
+    scope: Scope,
+    flt: ListFilter,
+    shape: FilterShape,
+    *,
+    skip: int,
+    before: datetime | None,
+    cap: int = METADATA_CANDIDATES,
+) -> tuple[FilterShape, dict[str, Any]] | None:
+    """The candidates of the newest hours (no later than ``before``'s) holding ``skip + 1`` matches.
+
+    Returns the shape with them bound and their bind values (the window's
+    start too, unless they are every match), or None when there are more
+    than ``cap``, or many more than ``skip + 1`` (the listing walks instead).
+    """
+    statement = metadata_candidates_statement(shape.metadata, before=before is not None)
+    given = metadata_candidate_params(scope, flt, skip=skip, cap=cap, before=before)
+    since_hour, ids = (await conn.execute(statement, given)).one()
+    ids = ids or []
+    if too_many_candidates(len(ids), wanted=skip + 1, cap=cap):
+        return None
+    bound: dict[str, Any] = {METADATA_IDS: ids}
+    if since_hour is not None:
+        bound[METADATA_SINCE] = hour_start(since_hour)
+    return with_candidates(shape, window=since_hour is not None), bound
 
 
 async def _page_documents(conn: Tx, scope: Scope, rows: list[Row]) -> dict[str, str]:
@@ -341,29 +400,29 @@ def listing_digest(scope: Scope, flt: ListFilter) -> str:
 async def count_sessions(
     conn: Tx, scope: Scope, flt: ListFilter, *, distributed: bool = False
 ) -> int:
-    """How many sessions the listing would return without limit or offset."""
-    shape, params = await _filter_params(
-        conn, scope, flt, distributed, cap=METADATA_COUNT_CANDIDATES
-    )
+    """How many sessions the listing would return without limit or offset.
+
+    A metadata filter counts its candidates (every match, up to
+    ``METADATA_COUNT_CANDIDATES``), else every row of the subtree.
+    """
+    shape, params = await _filter_params(conn, scope, flt, distributed)
+    if uses_metadata_candidates(shape):
+        cap = METADATA_COUNT_CANDIDATES
+        window = await _metadata_window(conn, scope, flt, shape, skip=cap, before=None, cap=cap)
+        if window is not None:  # every match: a window would hold more than cap
+            shape, given = window
+            params.update(given)
     return int((await conn.execute(sql.count_statement(shape), params)).scalar_one())
 
 
 async def _filter_params(
-    conn: Tx,
-    scope: Scope,
-    flt: ListFilter,
-    distributed: bool,
-    *,
-    cap: int = METADATA_CANDIDATES,
+    conn: Tx, scope: Scope, flt: ListFilter, distributed: bool
 ) -> tuple[FilterShape, dict[str, Any]]:
-    """The listing's shape and bind values, after the candidates some filters look up first.
+    """The listing's shape and bind values, after the candidates a tenant-wide search looks up first.
 
     On Citus a tenant-wide search's candidates (one statement). A metadata
-    filter's candidates, on plain PostgreSQL (one statement; see
-    cortex._sql.predicates.metadata_candidates_statement): bound when there
-    are few enough, else the listing walk checks the filter on each row. On
-    Citus the walk always does: the candidates' estimate and their byte-order
-    tenant comparison would make them a query on every shard.
+    filter's candidates are looked up by the callers (:func:`select_page`,
+    :func:`count_sessions`), which know how many a page needs.
     """
     shape = filter_shape(scope, flt, distributed=distributed)
     params = filter_params(scope, flt)
@@ -371,13 +430,6 @@ async def _filter_params(
         search = {k: params[k] for k in (SCOPE_TENANT, SEARCH_PATTERN)}
         found = (await conn.execute(tenant_search_statement(), search)).scalar_one()
         params[SEARCH_IDS] = found
-    if uses_metadata_candidates(shape) and not shape.distributed:
-        statement = metadata_candidates_statement()
-        given = metadata_candidate_params(scope, flt, cap)
-        ids = (await conn.execute(statement, given)).scalar_one()
-        if ids is not None:
-            params[METADATA_IDS] = ids
-            shape = with_candidates(shape)
     return shape, params
 
 

@@ -43,7 +43,7 @@ log = logging.getLogger("cortex")
 
 # The Alembic revision this code reads and writes. A test keeps it equal to the
 # head of alembic/versions.
-SCHEMA_REVISION: Final = "20261205000025"
+SCHEMA_REVISION: Final = "20261205000026"
 
 
 # libpq query parameters that managed PostgreSQL URLs carry, which asyncpg's own
@@ -356,7 +356,7 @@ SHADOWED_TABLES_SQL: Final = """
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
 FROM pg_catalog.unnest(ARRAY['alembic_version', 'cortex_schema_compat', 'sessions', 'messages',
                              'pending_inputs', 'session_markers', 'scope_data', 'erasures',
-                             'retention_policies']) AS t(name)
+                             'retention_policies', 'metadata_pairs']) AS t(name)
 JOIN pg_catalog.pg_class AS c ON c.oid = pg_catalog.to_regclass(t.name)
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname <> 'public'

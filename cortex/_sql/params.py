@@ -65,10 +65,13 @@ __all__ = [
     "LIMIT",
     "LOCK_KEY",
     "MARKER_SCOPE",
+    "METADATA_BEFORE",
     "METADATA_CAP",
     "METADATA_FILTER",
     "METADATA_IDS",
     "METADATA_KEY",
+    "METADATA_SINCE",
+    "METADATA_SKIP",
     "METADATA_VALUE",
     "MIN_KEEP",
     "M_AUTHOR",
@@ -195,6 +198,13 @@ METADATA_VALUE: Final = "metadata_value"
 METADATA_FILTER: Final = "metadata_filter"
 METADATA_CAP: Final = "metadata_cap"
 METADATA_IDS: Final = "metadata_ids"
+# The hours a filter's candidates were read from (revision 20261205000026):
+# no later than METADATA_BEFORE (a cursor's or a bound's hour), down to the
+# hour of the METADATA_SKIP + 1-th newest match, whose start the listing
+# binds as METADATA_SINCE.
+METADATA_BEFORE: Final = "metadata_before"
+METADATA_SKIP: Final = "metadata_skip"
+METADATA_SINCE: Final = "metadata_since"
 CREATED_AFTER: Final = "created_after"
 CREATED_BEFORE: Final = "created_before"
 UPDATED_AFTER: Final = "updated_after"

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, Final, NamedTuple, TypeVarTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from cortex._sql.params import (
@@ -31,10 +31,13 @@ from cortex._sql.params import (
     CREATED_AFTER,
     CREATED_BEFORE,
     LIMIT,
+    METADATA_BEFORE,
     METADATA_CAP,
     METADATA_FILTER,
     METADATA_IDS,
     METADATA_KEY,
+    METADATA_SINCE,
+    METADATA_SKIP,
     METADATA_VALUE,
     OFFSET,
     SCOPE,
@@ -51,13 +54,14 @@ from cortex._sql.params import (
     text_param,
     uuid_param,
 )
-from cortex._sql.tables import sessions
+from cortex._sql.tables import metadata_pairs, sessions
 from cortex.models import ListFilter, SessionState
 from cortex.scope import SEPARATOR, Scope
 
 __all__ = [
     "METADATA_CANDIDATES",
     "METADATA_COUNT_CANDIDATES",
+    "METADATA_HOUR",
     "ORDER",
     "FilterShape",
     "after_cursor",
@@ -66,6 +70,8 @@ __all__ = [
     "exact_clause",
     "filter_params",
     "filter_shape",
+    "hour_of",
+    "hour_start",
     "metadata_candidate_params",
     "metadata_candidates_statement",
     "metadata_clause",
@@ -77,6 +83,7 @@ __all__ = [
     "session_predicate",
     "subtree_clause",
     "tenant_search_statement",
+    "too_many_candidates",
     "uses_metadata_candidates",
     "visible",
     "with_candidates",
@@ -190,6 +197,9 @@ class FilterShape(NamedTuple):
     # The metadata filter's candidates are bound as ``metadata_ids`` (see
     # uses_metadata_candidates); set once they are found, never by filter_shape.
     candidates: bool = False
+    # They are a window's: the matches updated since ``metadata_since`` (see
+    # metadata_candidates_statement); set with candidates.
+    window: bool = False
 
 
 def filter_shape(scope: Scope, flt: ListFilter, *, distributed: bool = False) -> FilterShape:
@@ -261,59 +271,147 @@ def metadata_clause(i: int) -> ColumnElement[bool]:
 
 # At most this many candidates are bound for a page: each is a row read at
 # a random place in the heap, where the listing walk reads rows in order, so
-# a filter with more is checked on the walk instead (docs/benchmarks.md).
+# a filter with more in the hours a page needs is checked on the walk instead
+# (docs/benchmarks.md).
 METADATA_CANDIDATES: Final = 1000
 # For a count, which otherwise reads every row of the subtree.
 METADATA_COUNT_CANDIDATES: Final = 100_000
+# The width of a metadata_pairs row's hour, as metadata_pairs.hour counts it.
+METADATA_HOUR: Final = timedelta(hours=1)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def hour_of(moment: datetime) -> int:
+    """Whole hours since the epoch, exactly as revision 20261205000026 computes ``hour``."""
+    return (moment - _EPOCH) // METADATA_HOUR
+
+
+def hour_start(hour: int) -> datetime:
+    """The first instant of ``hour`` (the inverse of :func:`hour_of` on whole hours)."""
+    return _EPOCH + hour * METADATA_HOUR
+
+
+# A window holding more than this many times the matches a page needs (and
+# more than the floor) is left to the walk.
+_DENSE: Final = 4
+_DENSE_FLOOR: Final = 200
+
+
+def too_many_candidates(found: int, *, wanted: int, cap: int) -> bool:
+    """Whether a window's ``found`` candidates are better walked than read one by one.
+
+    More than ``cap``; or many more than the ``wanted`` matches a page needs:
+    the value is common in those hours, and the listing walk finds a page in
+    fewer rows than the window holds.
+    """
+    return found > min(cap, max(_DENSE * wanted, _DENSE_FLOOR))
 
 
 def uses_metadata_candidates(shape: FilterShape) -> bool:
     """Whether a metadata filter looks up its candidates first (a tenant's or a depth-2 subtree's listing).
 
     A narrower subtree (a user's sessions) is walked: it holds fewer rows
-    than the tenant's candidates would be.
+    than the tenant's candidates would be. On Citus, where no trigger keeps
+    ``metadata_pairs``, the walk always checks the filter.
     """
-    return shape.metadata > 0 and not shape.exact and shape.depth <= 2
+    return shape.metadata > 0 and not shape.exact and shape.depth <= 2 and not shape.distributed
 
 
-def with_candidates(shape: FilterShape) -> FilterShape:
-    """``shape`` with its metadata filter's candidates bound (``candidates``, its last field)."""
-    return FilterShape(*shape[:-1], candidates=True)
+def with_candidates(shape: FilterShape, *, window: bool) -> FilterShape:
+    """``shape`` with its metadata filter's candidates bound (its last two fields)."""
+    return FilterShape(*shape[:-2], candidates=True, window=window)
 
 
 def metadata_candidate_params(
-    scope: Scope, flt: ListFilter, cap: int = METADATA_CANDIDATES
+    scope: Scope, flt: ListFilter, *, skip: int, cap: int, before: datetime | None = None
 ) -> dict[str, Any]:
-    """Bind values for :func:`metadata_candidates_statement`: the tenant, the filter as one JSON object."""
+    """Bind values for :func:`metadata_candidates_statement`.
+
+    The tenant, the filter as one JSON object, the matches to pass over
+    before the window's last hour (``skip``), one more candidate than
+    ``cap`` (so that more than ``cap`` can be told), and the latest hour
+    (of ``before``) when there is one.
+    """
     pairs = ",".join(
         f"{json.dumps(key, ensure_ascii=False)}:{value}" for key, value in flt.metadata_pairs
     )
-    return {
+    given: dict[str, Any] = {
         scope_tenant_param().key: scope.tenant,
         METADATA_FILTER: "{" + pairs + "}",
-        METADATA_CAP: cap,
+        METADATA_SKIP: skip,
+        METADATA_CAP: cap + 1,
     }
+    if before is not None:
+        given[METADATA_BEFORE] = hour_of(before)
+    return given
 
 
 @cache
-def metadata_candidates_statement() -> sa.Select[tuple[list[uuid.UUID] | None]]:
-    """The bound tenant's sessions whose metadata may match the filter, as one array (revision …24).
+def metadata_candidates_statement(
+    keys: int, *, before: bool
+) -> sa.Select[tuple[int | None, list[uuid.UUID] | None]]:
+    """The bound tenant's sessions whose metadata may match, newest hours first (revision …26).
 
-    NULL when more than ``metadata_cap`` may. Its own statement, as
-    :func:`tenant_search_statement` is and for the same reasons: row-level
-    security keeps the index from the listing's planner, and on Citus it is
-    a router query to the tenant's shard. The listing checks every key
-    exactly on the ids bound (a hash may collide, and the ids come from an
-    earlier snapshot).
+    Two columns: the hour of the ``metadata_skip + 1``-th newest match (NULL
+    when there are no more matches than that), and the sessions with a match
+    in that hour or a later one (at most ``metadata_cap``). Every session
+    updated since the start of that hour whose metadata matches is among
+    them, since ``metadata_pairs`` holds each session's pairs at its
+    current hour; a row of a session that has moved on only adds a
+    candidate. ``keys`` is the filter's number of keys: every key's row of
+    the same session and hour must be there. More than ``metadata_cap - 1``
+    ids: too many to read one by one (the caller walks instead). With ``before``, hours after
+    ``metadata_before`` are passed over (a cursor's, or a bound's).
+    A statement of its own, read as the application role under the table's
+    row-level security; the listing checks every key exactly on the ids.
     """
-    return sa.select(
-        sa.func.public.cortex_metadata_ids(
+    hashes = sa.select(
+        sa.func.public.cortex_metadata_pairs(
             _exact_text(scope_tenant_param()),
+            sa.cast(sa.null(), JSON()),
             sa.cast(text_param(METADATA_FILTER), JSONB()),
-            int_param(METADATA_CAP),
-            type_=_UUIDS,
+            type_=ARRAY(sa.BigInteger()),
+        ).label("p")
+    ).cte("hashes")
+
+    def pair(i: int) -> ColumnElement[int]:
+        return sa.select(hashes.c.p[i + 1]).scalar_subquery()
+
+    rows = [metadata_pairs.alias(f"m{i}") for i in range(keys)]
+    first = rows[0]
+    joined: sa.FromClause = first
+    for i, row in enumerate(rows[1:], start=1):
+        joined = joined.join(
+            row,
+            sa.and_(
+                row.c.tenant_id == first.c.tenant_id,
+                row.c.pair == pair(i),
+                row.c.hour == first.c.hour,
+                row.c.session_id == first.c.session_id,
+            ),
         )
+    where = [first.c.tenant_id == scope_tenant_param(), first.c.pair == pair(0)]
+    if before:
+        where.append(first.c.hour <= sa.bindparam(METADATA_BEFORE, type_=sa.BigInteger()))
+    last_hour = (
+        sa.select(first.c.hour)
+        .select_from(joined)
+        .where(*where)
+        .order_by(first.c.hour.desc())
+        .offset(int_param(METADATA_SKIP))
+        .limit(1)
+        .scalar_subquery()
     )
+    since = sa.func.coalesce(last_hour, sa.literal(-(2**63), sa.BigInteger()))
+    found = (
+        sa.select(first.c.session_id)
+        .select_from(joined)
+        .where(*where, first.c.hour >= since)
+        .limit(int_param(METADATA_CAP))
+        .subquery("found")
+    )
+    ids = sa.select(sa.func.array_agg(found.c.session_id, type_=_UUIDS)).scalar_subquery()
+    return sa.select(last_hour.label("since_hour"), ids.label("ids"))
 
 
 def search_clause(shape: FilterShape) -> ColumnElement[bool]:
@@ -400,6 +498,10 @@ def session_predicate(shape: FilterShape) -> ColumnElement[bool]:
         conditions.append(sessions.c.state == sa.literal_column(f"'{shape.state.value}'"))
     if shape.candidates:
         conditions.append(sessions.c.id == sa.any_(sa.bindparam(METADATA_IDS, type_=_UUIDS)))
+    if shape.window:
+        # The window the candidates cover: every match updated since is among them.
+        since = sa.bindparam(METADATA_SINCE, type_=sa.DateTime(timezone=True))
+        conditions.append(sessions.c.updated_at >= since)
     conditions.extend(metadata_clause(i) for i in range(shape.metadata))
     # Exclusive bounds; an updated_at bound is an index condition of every
     # listing index, whose order is updated_at's.

@@ -30,6 +30,7 @@ __all__ = [
     "erasures",
     "messages",
     "metadata",
+    "metadata_pairs",
     "pending_inputs",
     "retention_policies",
     "schema_compat",
@@ -294,20 +295,6 @@ sa.Index(
     sessions.c.last_message,
     postgresql_using="gin",
     postgresql_ops={"last_message": "gin_trgm_ops"},
-)
-
-# A metadata filter's candidates (revision 20261205000024): per top-level key a
-# hash of tenant, key and value, found through cortex_metadata_ids(), which
-# row-level security cannot stop from running @> inside the index. Sessions
-# without metadata get no entry, so an append to one skips the index.
-sa.Index(
-    "ix_sessions_metadata_pairs",
-    # Unqualified, as PostgreSQL prints it back (alembic check compares the text).
-    sa.func.cortex_metadata_pairs(
-        sessions.c.tenant_id, sessions.c.metadata_json, sessions.c.metadata
-    ),
-    postgresql_using="gin",
-    postgresql_where=sa.text("COALESCE(metadata_json::text, metadata::text) <> '{}'::text"),
 )
 
 messages = sa.Table(
@@ -593,4 +580,21 @@ sa.Index(
     sa.text("at DESC"),
     sa.text("id DESC"),
     postgresql_where=console_actions.c.session_id.is_not(None),
+)
+
+# A metadata filter's matches, newest hour first (revision 20261205000026):
+# one row per top-level key of a session's metadata, the key's pair hash
+# (cortex_metadata_pairs: tenant, key and value) and the hour of the
+# session's updated_at (whole hours since the epoch). Written only by
+# triggers on sessions (cortex_metadata_pairs_sync, as the table's owner),
+# and only when a session's metadata changes or its updated_at moves into
+# another hour; the application role reads it.
+metadata_pairs = sa.Table(
+    "metadata_pairs",
+    metadata,
+    sa.Column("tenant_id", sa.Text(collation=_C), nullable=False),
+    sa.Column("pair", sa.BigInteger(), nullable=False),
+    sa.Column("hour", sa.BigInteger(), nullable=False),
+    sa.Column("session_id", UUID(as_uuid=True), nullable=False),
+    sa.PrimaryKeyConstraint("tenant_id", "pair", "hour", "session_id"),
 )

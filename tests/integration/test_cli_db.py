@@ -189,17 +189,17 @@ def test_check_gates_a_deploy_on_the_revision(
     blank_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = ["--database-url", blank_db]
-    assert main([*url, "db", "upgrade", "20261205000024"]) == 0
+    assert main([*url, "db", "upgrade", "20261205000025"]) == 0
     capsys.readouterr()
     assert main([*url, "db", "check"]) == 1
     out = capsys.readouterr().out
-    assert "1 revision(s) pending (20261205000025)" in out
+    assert "1 revision(s) pending (20261205000026)" in out
     assert main([*url, "db", "check", "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == {
-        "revision": "20261205000024",
+        "revision": "20261205000025",
         "expected": SCHEMA_REVISION,
         "serves_this_code": False,
-        "pending": ["20261205000025"],
+        "pending": ["20261205000026"],
     }
     assert main([*url, "db", "upgrade"]) == 0
     capsys.readouterr()

@@ -159,18 +159,20 @@ async def test_an_overload_of_a_search_function_is_never_run(db: Database, route
     assert [s.title for s in found] == ["planted"]
 
 
-async def test_an_overload_of_the_metadata_candidates_is_never_run(db: Database) -> None:
+async def test_an_overload_of_the_metadata_pairs_is_never_run(db: Database) -> None:
+    """The candidates' statement and the pairs' triggers call cortex's own function only."""
     await admin(db.owner_url, f'GRANT CREATE ON SCHEMA public TO "{db.app_role}"')
     body = _ESCALATE.format(role=db.app_role)
     await _as_app(
         db,
         *(
-            f"CREATE FUNCTION public.cortex_metadata_ids(tenant {t}, filter {f}, cap {c})"
-            f" RETURNS uuid[] LANGUAGE plpgsql AS $$ BEGIN {body} RETURN '{{}}'; END $$"
-            for t, f, c in (
-                ("varchar", "jsonb", "integer"),
-                ("text", "varchar", "integer"),
-                ("text", "text", "bigint"),
+            f"CREATE FUNCTION public.cortex_metadata_pairs(tenant {t}, document {d}, legacy {l})"
+            f" RETURNS bigint[] LANGUAGE plpgsql AS $$ BEGIN {body} RETURN '{{}}'; END $$"
+            for t, d, l in (
+                ("varchar", "json", "jsonb"),
+                ("text", "jsonb", "jsonb"),
+                ("text", "json", "text"),
+                ("text", "text", "jsonb"),
             )
         ),
     )
@@ -178,8 +180,10 @@ async def test_an_overload_of_the_metadata_candidates_is_never_run(db: Database)
         with use_scope(f"t{uuid.uuid4().hex[:8]}"):
             await store.create_session("a", title="planted", metadata={"k": "v"})
             found = await store.list_sessions(ListFilter(metadata={"k": "v"}))
+            counted = await store.count_sessions(ListFilter(metadata={"k": "v"}))
     assert await _escalated(db) == (False, False)
     assert [s.title for s in found] == ["planted"]
+    assert counted == 1
 
 
 def test_db_current_and_upgrade_say_who_else_may_create(

@@ -25,7 +25,7 @@ BEGIN
         -- parallel DDL earlier in the transaction forbids.
         PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     END IF;
-    FOREACH cortex_table IN ARRAY ARRAY['sessions', 'messages', 'pending_inputs', 'session_markers', 'scope_data', 'erasures', 'retention_policies', 'console_actions']::text[] LOOP
+    FOREACH cortex_table IN ARRAY ARRAY['sessions', 'messages', 'pending_inputs', 'session_markers', 'scope_data', 'erasures', 'retention_policies', 'console_actions', 'metadata_pairs']::text[] LOOP
         CONTINUE WHEN pg_catalog.to_regclass(cortex_table) IS NULL OR EXISTS (
             SELECT FROM pg_catalog.pg_dist_partition
             WHERE logicalrelid = pg_catalog.to_regclass(cortex_table)
