@@ -166,9 +166,9 @@ async def test_an_overload_of_the_metadata_pairs_is_never_run(db: Database) -> N
     await _as_app(
         db,
         *(
-            f"CREATE FUNCTION public.cortex_metadata_pairs(tenant {t}, document {d}, legacy {l})"
+            f"CREATE FUNCTION public.cortex_metadata_pairs(tenant {t}, document {d}, legacy {g})"
             f" RETURNS bigint[] LANGUAGE plpgsql AS $$ BEGIN {body} RETURN '{{}}'; END $$"
-            for t, d, l in (
+            for t, d, g in (
                 ("varchar", "json", "jsonb"),
                 ("text", "jsonb", "jsonb"),
                 ("text", "json", "text"),
