@@ -11,7 +11,7 @@ unfiltered page. Not part of ``all``: it seeds its own data set, or measures
 again the one an earlier run kept (``--keep``, then ``--database NAME``).
 The floor runs the listing statement alone: for a metadata filter that is
 the walk that checks each row, without the candidates the store looks up
-first (revision 20261205000024), so the two sides compare the two plans.
+first (revision 20261205000026), so the two sides compare the two plans.
 """
 
 from __future__ import annotations

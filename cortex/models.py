@@ -619,9 +619,10 @@ class ListFilter(_Model):
     >= before``) is allowed and matches nothing. ``updated_*`` bounds narrow
     the listing's index walk; ``created_*`` bounds are checked on each row
     the walk reads. Across a tenant or a depth-2 subtree a ``metadata``
-    filter the index's statistics expect to match few sessions reads them
-    from an index first (revision 20261205000024; the exact check still
-    runs on each); any other is checked on each row the walk reads.
+    filter reads its candidates from ``metadata_pairs`` first, newest hours
+    first, as many hours as hold a page (revision 20261205000026; the exact
+    check still runs on each); a value common in those hours, and any
+    filter on Citus, is checked on each row the walk reads.
     """
 
     agent_id: AgentId | None = None

@@ -333,6 +333,9 @@ def upgrade() -> None:
         ),
         ddl.relation_check(OLD_INDEX, "index", on="sessions"),
     )
+    # The function first: Citus refuses a function command after the table's
+    # parallel DDL in one transaction (its body names the table only when run).
+    op.execute(CREATE_FUNCTION)
     if _missing():
         op.execute(CREATE_TABLE)
         distribute(TABLE)  # on Citus only (citus_v1)
@@ -340,7 +343,6 @@ def upgrade() -> None:
         op.execute(
             f"CREATE POLICY tenant_isolation ON {TABLE} USING ({_MATCH}) WITH CHECK ({_MATCH})"
         )
-    op.execute(CREATE_FUNCTION)
     with op.get_context().autocommit_block():
         for name in TRIGGERS:
             ddl.run(_create_trigger(name))

@@ -46,6 +46,7 @@ _TABLES = [
     "console_actions",
     "erasures",
     "messages",
+    "metadata_pairs",
     "pending_inputs",
     "retention_policies",
     "scope_data",

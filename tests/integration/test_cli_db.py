@@ -225,6 +225,7 @@ def test_every_db_command_answers_in_json(
         "20261205000022",
         "20261205000023",
         "20261205000024",
+        "20261205000025",
         SCHEMA_REVISION,
     ]
     assert main([*url, "db", "upgrade", "--json"]) == 0

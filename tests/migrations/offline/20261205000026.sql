@@ -159,6 +159,41 @@ END IF;
 END
 $check$;
 
+DO $migration$
+BEGIN
+    EXECUTE pg_catalog.format($function$
+        CREATE OR REPLACE FUNCTION %1$I.cortex_metadata_pairs_sync()
+        RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER
+        SET search_path = pg_catalog, pg_temp
+        AS $body$
+        BEGIN
+            IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
+                DELETE FROM %1$I.metadata_pairs AS m
+                WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
+                  AND m.pair OPERATOR(pg_catalog.=) ANY (
+                      %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata))
+                  AND m.hour OPERATOR(pg_catalog.=) (pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint
+                  AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
+            END IF;
+            IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
+                INSERT INTO %1$I.metadata_pairs AS m (tenant_id, pair, hour, session_id)
+                SELECT NEW.tenant_id, p.pair, (pg_catalog.floor(EXTRACT(epoch FROM NEW.updated_at) / 3600))::bigint, NEW.id
+                FROM pg_catalog.unnest(
+                    %1$I.cortex_metadata_pairs(NEW.tenant_id, NEW.metadata_json, NEW.metadata)
+                ) AS p(pair)
+                ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NULL;
+        END
+        $body$
+    $function$, pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'REVOKE ALL ON FUNCTION %I.cortex_metadata_pairs_sync() FROM PUBLIC', pg_catalog.current_schema()
+    );
+END
+$migration$;
+
 CREATE TABLE metadata_pairs ( tenant_id text COLLATE "C" NOT NULL, pair bigint NOT NULL, hour bigint NOT NULL, session_id uuid NOT NULL, CONSTRAINT pk_metadata_pairs PRIMARY KEY (tenant_id, pair, hour, session_id));
 
 DO $citus$
@@ -227,41 +262,6 @@ $citus$;
 ALTER TABLE metadata_pairs ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY tenant_isolation ON metadata_pairs USING (tenant_id = current_setting('cortex.tenant', true)) WITH CHECK (tenant_id = current_setting('cortex.tenant', true));
-
-DO $migration$
-BEGIN
-    EXECUTE pg_catalog.format($function$
-        CREATE OR REPLACE FUNCTION %1$I.cortex_metadata_pairs_sync()
-        RETURNS trigger
-        LANGUAGE plpgsql SECURITY DEFINER
-        SET search_path = pg_catalog, pg_temp
-        AS $body$
-        BEGIN
-            IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
-                DELETE FROM %1$I.metadata_pairs AS m
-                WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
-                  AND m.pair OPERATOR(pg_catalog.=) ANY (
-                      %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata))
-                  AND m.hour OPERATOR(pg_catalog.=) (pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint
-                  AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
-            END IF;
-            IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
-                INSERT INTO %1$I.metadata_pairs AS m (tenant_id, pair, hour, session_id)
-                SELECT NEW.tenant_id, p.pair, (pg_catalog.floor(EXTRACT(epoch FROM NEW.updated_at) / 3600))::bigint, NEW.id
-                FROM pg_catalog.unnest(
-                    %1$I.cortex_metadata_pairs(NEW.tenant_id, NEW.metadata_json, NEW.metadata)
-                ) AS p(pair)
-                ON CONFLICT DO NOTHING;
-            END IF;
-            RETURN NULL;
-        END
-        $body$
-    $function$, pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'REVOKE ALL ON FUNCTION %I.cortex_metadata_pairs_sync() FROM PUBLIC', pg_catalog.current_schema()
-    );
-END
-$migration$;
 
 COMMIT;
 
