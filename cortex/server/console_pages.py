@@ -371,7 +371,9 @@ def _routes(router: APIRouter, console: Console) -> None:
                 messages = await store.recent_messages(
                     session_id, limit=MESSAGE_ROWS, before_seq=before
                 )
-            actions = await view.list_actions(session_id=session_id, limit=ACTION_ROWS)
+            actions = await view.list_actions(
+                tenant=tenant, session_id=session_id, limit=ACTION_ROWS
+            )
         except CortexError as exc:
             return failed(request, operator, exc)
         questions = [
