@@ -48,7 +48,7 @@ def cmd_audit_list(args: argparse.Namespace) -> int:
     page: ActionPage = _with_view(
         args,
         lambda view: view.list_actions(
-            session_id=args.session, limit=args.limit, cursor=args.cursor
+            tenant=args.tenant, session_id=args.session, limit=args.limit, cursor=args.cursor
         ),
     )
     if args.json:
@@ -137,7 +137,11 @@ def add_console_commands(
     listing = sub.add_parser(
         "list", help="operator actions, newest first, across tenants", parents=[common]
     )
-    listing.add_argument("--session", help="only this session's actions (a ses_… id)")
+    listing.add_argument("--tenant", help="only this tenant's actions")
+    listing.add_argument(
+        "--session",
+        help="only this session's actions (a ses_… id; with --tenant unless --scope names one)",
+    )
     _page_options(listing)
     listing.set_defaults(func=cmd_audit_list)
 

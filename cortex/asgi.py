@@ -46,6 +46,7 @@ __all__ = [
     "from_header",
     "header",
     "problem",
+    "route_path",
     "status_for",
 ]
 
@@ -105,6 +106,24 @@ def error_body(exc: CortexError, status: int | None = None) -> dict[str, Any]:
     return problem(type(exc).__name__, status_for(exc) if status is None else status, str(exc))
 
 
+def route_path(request: Mapping[str, Any]) -> str:
+    """The path an app's routes match: ``path`` without the ``root_path`` prefix it carries.
+
+    Under a prefix (a proxy's ``--root-path``) ``path`` is the full path
+    ("/api/v1/sessions") and routers match what follows ``root_path``; a
+    middleware that decides by path must look at the same part. As
+    Starlette's router computes it.
+    """
+    path: str = request.get("path", "")
+    root = request.get("root_path", "")
+    if root and path.startswith(root):
+        if path == root:
+            return ""
+        if path[len(root)] == "/":
+            return path[len(root) :]
+    return path
+
+
 def header(request: Mapping[str, Any], name: str) -> str | None:
     """A request header's value (the last one if repeated), from an ASGI scope."""
     wanted = name.lower().encode("latin-1")
@@ -151,8 +170,9 @@ class ScopeMiddleware:
     details document, :func:`error_body`), before the app sees it. Lifespan events pass
     through unbound, and so do requests for an ``exempt`` path: each entry
     is a whole path (``"/healthz"``, ``"/openapi.json"``), or a folder when
-    it ends in ``/`` (``"/static/"`` lets ``/static/app.css`` through).
-    An exempt route runs with no scope bound, so a store call there raises
+    it ends in ``/`` (``"/static/"`` lets ``/static/app.css`` through),
+    compared with the path routes match (:func:`route_path`, without a
+    ``root_path`` prefix). An exempt route runs with no scope bound, so a store call there raises
     ``ScopeMissing``.
     """
 
@@ -171,7 +191,7 @@ class ScopeMiddleware:
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """Bind the request's scope around the app, or answer 401/422 without calling it."""
-        if scope["type"] not in ("http", "websocket") or self._is_exempt(scope.get("path", "")):
+        if scope["type"] not in ("http", "websocket") or self._is_exempt(route_path(scope)):
             await self.app(scope, receive, send)
             return
         try:

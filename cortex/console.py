@@ -362,7 +362,7 @@ class OperatorView:
         if flt.agent_id is not None:
             params[C_AGENT_ID] = flt.agent_id
         if flt.search:
-            params[C_SEARCH] = f"%{escape_like(flt.search)}%"
+            params[C_SEARCH] = escape_like(flt.search)
         if after is not None:
             params |= {AFTER_UPDATED_AT: after[0], AFTER_ID: after[1], AFTER_TENANT: after[2]}
         rows = await self._read(stmt, params)
@@ -398,21 +398,38 @@ class OperatorView:
     async def list_actions(
         self,
         *,
+        tenant: Tenant | None = None,
         session_id: SessionId | None = None,
         limit: Limit = DEFAULT_CONSOLE_PAGE,
         cursor: Cursor | None = None,
     ) -> ActionPage:
-        """One page of the audit trail at or beneath the scope (of one session), newest first.
+        """One page of the audit trail at or beneath the scope (of one tenant, or session), newest first.
+
+        ``session_id`` names a session of ``tenant`` (session ids are unique
+        within a tenant only); ``tenant`` may be left out when the operator
+        scope lies within one tenant.
 
         Raises:
-            InvalidInput: ``session_id``, ``limit`` or the cursor is malformed (before any SQL).
+            InvalidInput: ``tenant``, ``session_id``, ``limit`` or the cursor is
+                malformed, or ``session_id`` comes without a tenant (before any SQL).
             DatabaseError: the login cannot act as ``cortex_console``.
         """
         after = None if cursor is None else _decode_cursor("a", cursor)
+        if tenant is None and session_id is not None:
+            if self._scope is None:
+                raise InvalidInput(
+                    "session_id: name its tenant too; session ids are unique within a tenant"
+                )
+            tenant = self._scope.tenant
         stmt = sql.actions_statement(
-            self._kind, session=session_id is not None, after=after is not None
+            self._kind,
+            tenant=tenant is not None,
+            session=session_id is not None,
+            after=after is not None,
         )
         params: dict[str, Any] = {**self._scope_binds, LIMIT: limit + 1}
+        if tenant is not None:
+            params[C_TENANT] = tenant
         if session_id is not None:
             params[SESSION_ID] = session_uuid(session_id)
         if after is not None:

@@ -26,6 +26,7 @@ import asyncpg
 
 from cortex._db.executor import Row, Tx
 from cortex._db.snapshot import Snapshot
+from cortex._schemas import check_response_schema
 from cortex._sql import lifecycle as sql
 from cortex._sql.params import (
     AFTER_KIND,
@@ -464,10 +465,7 @@ def _parsed(f: _Field, value: str, where: str, root: Scope, into: Scope) -> Any:
     kind, name = f.kind, f"{where}: {f.name}"
     if kind in ("jsonb", "json"):
         if value != "{}":
-            try:
-                json.loads(value)
-            except ValueError:
-                raise InvalidInput(f"{name} must be JSON text") from None
+            _json_value(value, name)
         return value
     if kind == "time":
         try:
@@ -497,6 +495,59 @@ def _parsed(f: _Field, value: str, where: str, root: Scope, into: Scope) -> Any:
     return str(_moved(legacy, root, into)) if root.contains(legacy) else value
 
 
+def _json_value(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidInput(f"{name} must be JSON text") from None
+    except RecursionError:
+        raise InvalidInput(f"{name} is JSON nested too deeply") from None
+
+
+# The fields holding questions (a list of them, or one), by record type.
+_QUESTIONS: Final = {
+    "message": (
+        ("requested_input", False),
+        ("requested_input_json", False),
+        ("more_requested_inputs", True),
+        ("more_requested_inputs_json", True),
+    ),
+}
+_SCHEMAS: Final = ("response_schema", "response_schema_json")
+
+
+def _check_schemas(kind: str, row: Mapping[str, Any], where: str) -> None:
+    """Refuse a response schema an append would refuse: ``resume`` compiles what is stored.
+
+    A pending input holds its question's schema; a message the questions
+    it asked, which a rewind may open again.
+    """
+    schemas: list[tuple[str, Any]] = []
+    if kind == "pending_input":
+        schemas = [
+            (n, _json_value(row[n], f"{where}: {n}")) for n in _SCHEMAS if row[n] is not None
+        ]
+    for name, many in _QUESTIONS.get(kind, ()):
+        if row[name] is None:
+            continue
+        asked = _json_value(row[name], f"{where}: {name}")
+        if many and not isinstance(asked, list):
+            raise InvalidInput(f"{where}: {name} must be a list of questions")
+        for question in asked if many else [asked]:
+            if not isinstance(question, dict):
+                raise InvalidInput(f"{where}: {name}: a question is a JSON object")
+            schemas.append((name, question.get("response_schema")))
+    for name, schema in schemas:
+        if schema is None:
+            continue
+        if not isinstance(schema, dict):
+            raise InvalidInput(f"{where}: {name}: a response schema is a JSON object")
+        try:
+            check_response_schema(schema)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {name}: {exc}") from None
+
+
 def _row(
     kind: str, record: Mapping[str, Any], where: str, root: Scope, into: Scope
 ) -> dict[str, Any]:
@@ -512,6 +563,7 @@ def _row(
     row = {f.column: _value(f, record.get(f.name), where, root, into) for f in fields}
     if kind == "marker" and row["kind"] not in ("aborted", "interrupted"):
         raise InvalidInput(f"{where}: kind must be 'aborted' or 'interrupted'")
+    _check_schemas(kind, row, where)
     return row
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from cortex._db.executor import Row
+from cortex._sql.tables import metadata
 from cortex.errors import InvalidInput, SchemaMismatch, translate_errors
 
 __all__ = [
@@ -349,14 +350,16 @@ ORDER BY 1
 """
 
 
+# Every table cortex's statements name unqualified: Alembic's and the metadata's,
+# so a table added to cortex._sql.tables is checked without another list to keep.
+CORTEX_TABLES: Final = ("alembic_version", *sorted(metadata.tables))
+
 # cortex's tables whose unqualified name resolves to another relation than
 # public's (a view or table ahead of public on the search path, such as in a
 # schema named like the login): its statements would read and write that one.
-SHADOWED_TABLES_SQL: Final = """
+SHADOWED_TABLES_SQL: Final = f"""
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
-FROM pg_catalog.unnest(ARRAY['alembic_version', 'cortex_schema_compat', 'sessions', 'messages',
-                             'pending_inputs', 'session_markers', 'scope_data', 'erasures',
-                             'retention_policies', 'metadata_pairs']) AS t(name)
+FROM pg_catalog.unnest(ARRAY[{", ".join(f"'{name}'" for name in CORTEX_TABLES)}]) AS t(name)
 JOIN pg_catalog.pg_class AS c ON c.oid = pg_catalog.to_regclass(t.name)
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname <> 'public'

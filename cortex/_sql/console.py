@@ -37,13 +37,14 @@ from cortex._sql.params import (
     text_param,
     uuid_param,
 )
-from cortex._sql.predicates import path_clause
+from cortex._sql.predicates import LIKE_ESCAPE, path_clause
 from cortex._sql.tables import console_actions, pending_inputs, session_markers, sessions
 
 __all__ = [
     "OPERATOR_SETTING",
     "PREVIEW_CHARS",
     "ROLE_STATEMENT",
+    "SEARCH_PATH",
     "actions_statement",
     "bind_statement",
     "insert_action_statement",
@@ -66,12 +67,24 @@ SUBTREE: Final = 2
 ROLE_STATEMENT: Final = "SET LOCAL ROLE cortex_console"
 
 
+# The search path of the console's transactions: pg_catalog first, then the
+# schema cortex's tables live in, pg_temp last. Under ROLE cortex_console the
+# login's path would put "$user" (a schema named cortex_console, which anyone
+# allowed to create schemas may make) ahead of public.
+SEARCH_PATH: Final = "pg_catalog, public, pg_temp"
+
+
 def bind_statement() -> sa.Select[Any]:
-    """The operator scope (a path ending in ``/``, or ``/``) for the rest of the transaction."""
+    """The operator scope (a path ending in ``/``, or ``/``) and the search path, for the transaction."""
     return sa.select(
         sa.func.pg_catalog.set_config(
             sa.literal_column(f"'{OPERATOR_SETTING}'"), text_param(SCOPE_PATH), sa.true()
-        )
+        ),
+        sa.func.pg_catalog.set_config(
+            sa.literal_column("'search_path'"),
+            sa.literal_column(f"'{SEARCH_PATH}'"),
+            sa.true(),
+        ),
     )
 
 
@@ -132,7 +145,7 @@ def waiting_statement(
     if agent:
         conditions.append(sessions.c.agent_id == text_param(C_AGENT_ID))
     if search:
-        conditions.append(sessions.c.title.ilike(text_param(C_SEARCH), escape="\\"))
+        conditions.append(sessions.c.title.ilike(text_param(C_SEARCH), escape=LIKE_ESCAPE))
     if after:
         conditions.append(
             sa.tuple_(sessions.c.updated_at, sessions.c.id, sessions.c.tenant_id)
@@ -174,11 +187,16 @@ def session_scope_statement(kind: int) -> sa.Select[Any]:
 
 
 @cache
-def actions_statement(kind: int, *, session: bool, after: bool) -> sa.Select[Any]:
-    """One page of audit rows at or beneath the scope (of one session), newest first."""
+def actions_statement(kind: int, *, tenant: bool, session: bool, after: bool) -> sa.Select[Any]:
+    """One page of audit rows at or beneath the scope (of one tenant, of one session), newest first.
+
+    A session is named by its tenant and id together: ids are unique within a tenant only.
+    """
     conditions: list[Any] = [
         _where_scope(console_actions.c.tenant_id, console_actions.c.scope, kind)
     ]
+    if tenant:
+        conditions.append(console_actions.c.tenant_id == text_param(C_TENANT))
     if session:
         conditions.append(console_actions.c.session_id == uuid_param(SESSION_ID))
     if after:
@@ -227,6 +245,6 @@ def insert_action_statement() -> sa.Insert:
             action=text_param(ACTION),
             outcome=text_param(OUTCOME),
             detail=sa.cast(text_param(DETAIL), JSONB()),
-            at=sa.func.statement_timestamp(),
+            at=sa.func.pg_catalog.statement_timestamp(),
         )
     )

@@ -27,7 +27,16 @@ from starlette.routing import Route
 
 from cortex._db.engine import SCHEMA_REVISION, check_schema
 from cortex._version import __version__
-from cortex.asgi import PROBLEM_JSON, ASGIApp, ASGIScope, Receive, Send, error_body, problem
+from cortex.asgi import (
+    PROBLEM_JSON,
+    ASGIApp,
+    ASGIScope,
+    Receive,
+    Send,
+    error_body,
+    problem,
+    route_path,
+)
 from cortex.asgi import status_for as cortex_status
 from cortex.errors import CortexError
 from cortex.fastapi import validation_error_handler
@@ -131,7 +140,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        bound = self.max_import_bytes if scope.get("path") == IMPORT_PATH else self.max_bytes
+        bound = self.max_import_bytes if route_path(scope) == IMPORT_PATH else self.max_bytes
         declared = _content_length(scope)
         if declared is not None and declared > bound:
             body = problem("InvalidInput", 413, _too_large(bound))

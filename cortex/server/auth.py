@@ -21,7 +21,16 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from cortex.asgi import PROBLEM_JSON, Receive, Send, error_body, header, problem, status_for
+from cortex.asgi import (
+    PROBLEM_JSON,
+    Receive,
+    Send,
+    error_body,
+    header,
+    problem,
+    route_path,
+    status_for,
+)
 from cortex.asgi import ASGIApp as _App
 from cortex.asgi import ASGIScope as _Request
 from cortex.errors import CortexError, InvalidInput, InvalidScope, ScopeViolation
@@ -249,7 +258,9 @@ class AuthMiddleware:
 
     async def __call__(self, scope: _Request, receive: Receive, send: Send) -> None:
         """Answer 401/403/422 without calling the app, or call it with the scope bound."""
-        path = scope.get("path", "")
+        # The path the router matches, not scope["path"]: under a root_path that
+        # carries the prefix, and "/api/v1/…" would reach /v1 routes unchecked.
+        path = route_path(scope)
         if scope["type"] != "http" or not path.startswith("/v1/") or path in self.open_paths:
             await self.app(scope, receive, send)
             return

@@ -138,7 +138,7 @@ class Console:
         if nonce is None:
             nonce = secrets.token_urlsafe(32)
         html = self.env.get_template(template).render(
-            csrf_field=CSRF_FIELD, csrf=self.cookies.csrf_token(nonce), **context
+            csrf_field=CSRF_FIELD, csrf=self.cookies.csrf_token(request, nonce), **context
         )
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
         if fresh:
@@ -239,7 +239,7 @@ def _routes(router: APIRouter, console: Console) -> None:
         operator = console.cookies.operator(request)
         if operator is not None:
             return operator
-        if request.cookies.get("cortex_console"):
+        if console.cookies.session_token(request):
             response = _redirect("/console/sign-in?notice=expired")
             console.cookies.sign_out(request, response)
             return response
@@ -371,7 +371,9 @@ def _routes(router: APIRouter, console: Console) -> None:
                 messages = await store.recent_messages(
                     session_id, limit=MESSAGE_ROWS, before_seq=before
                 )
-            actions = await view.list_actions(session_id=session_id, limit=ACTION_ROWS)
+            actions = await view.list_actions(
+                tenant=tenant, session_id=session_id, limit=ACTION_ROWS
+            )
         except CortexError as exc:
             return failed(request, operator, exc)
         questions = [
@@ -417,11 +419,13 @@ def _routes(router: APIRouter, console: Console) -> None:
     ) -> tuple[Operator, Scope, dict[str, str]] | Response:
         """The operator, the session's scope and the form of a POST; or the refusal."""
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not console.cookies.csrf_ok(request, form.get(CSRF_FIELD)):
-            return refused(request)
+        # Signed out first (it acts on nothing): a form of a session that has
+        # since expired leads to the sign-in page, not to a CSRF refusal.
         operator = await signed_in(request)
         if not isinstance(operator, Operator):
             return operator
+        if not console.cookies.csrf_ok(request, form.get(CSRF_FIELD)):
+            return refused(request)
         try:
             scope = await (await console.view(operator)).session_scope(tenant, session_id)
         except CortexError as exc:

@@ -4,10 +4,14 @@ The session cookie holds the operator's token itself, verified on every
 request with the server's signing key: nothing is kept on the server, every
 replica accepts it, and the token's ``exp`` ends the session (the cookie's
 Max-Age is the same instant). It is HttpOnly (no script reads it),
-SameSite=Strict (no other site's page sends it) and Secure behind TLS.
-Each form carries an HMAC of a random per-browser nonce kept in a second
-cookie; a POST whose token does not match is refused before anything runs.
-The nonce is replaced at sign-in and sign-out. docs/console.md says why.
+SameSite=Strict (no other site's page sends it) and Secure behind TLS,
+where both cookies' names take the ``__Secure-`` prefix, so a plain-HTTP
+response cannot plant them. Each form carries an HMAC of a random
+per-browser nonce kept in a second cookie and of the session cookie's
+token, so a nonce and token obtained elsewhere (another browser, a page
+before sign-in) act for nobody signed in here; a POST whose token does not
+match is refused before anything runs. The nonce is replaced at sign-in and
+sign-out. docs/console.md says why, and why not ``__Host-``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ COOKIE: Final = "cortex_console"
 CSRF_COOKIE: Final = "cortex_console_csrf"
 CSRF_FIELD: Final = "csrf"
 PATH: Final = "/console"
+# The prefix of both cookies' names when they are Secure: browsers accept such
+# a cookie only with the Secure flag, from a page served over TLS. Not
+# "__Host-": it requires Path=/, which would send the operator token with
+# every request to the host, not only the console's.
+SECURE_PREFIX: Final = "__Secure-"
 
 
 class NotAnOperator(CortexError):
@@ -100,9 +109,16 @@ class SessionCookies:
         """Whether cookies get the Secure flag: configured, or the request came over TLS."""
         return self._secure or request.url.scheme == "https"
 
+    def _name(self, request: Request, name: str) -> str:
+        return SECURE_PREFIX + name if self.secure(request) else name
+
+    def session_token(self, request: Request) -> str | None:
+        """The session cookie's text (verified or not), if the browser sent one."""
+        return request.cookies.get(self._name(request, COOKIE)) or None
+
     def operator(self, request: Request) -> Operator | None:
         """The operator whose token the cookie holds, if it still verifies; None otherwise."""
-        token = request.cookies.get(COOKIE)
+        token = self.session_token(request)
         if not token:
             return None
         try:
@@ -113,7 +129,7 @@ class SessionCookies:
     def sign_in(self, request: Request, response: Response, operator: Operator) -> None:
         """Put the token in the session cookie, until it expires; a fresh CSRF nonce."""
         response.set_cookie(
-            COOKIE,
+            self._name(request, COOKIE),
             operator.token,
             max_age=max(operator.expires - int(time.time()), 0),
             path=PATH,
@@ -126,19 +142,23 @@ class SessionCookies:
     def sign_out(self, request: Request, response: Response) -> None:
         """Clear the session cookie; a fresh CSRF nonce."""
         response.delete_cookie(
-            COOKIE, path=PATH, secure=self.secure(request), httponly=True, samesite="strict"
+            self._name(request, COOKIE),
+            path=PATH,
+            secure=self.secure(request),
+            httponly=True,
+            samesite="strict",
         )
         self.new_nonce(request, response)
 
     def nonce(self, request: Request) -> str | None:
         """The browser's CSRF nonce, if it has one."""
-        return request.cookies.get(CSRF_COOKIE) or None
+        return request.cookies.get(self._name(request, CSRF_COOKIE)) or None
 
     def new_nonce(self, request: Request, response: Response, nonce: str | None = None) -> str:
         """Give the browser a new CSRF nonce (``nonce``, else a random one); return it."""
         nonce = nonce or secrets.token_urlsafe(32)
         response.set_cookie(
-            CSRF_COOKIE,
+            self._name(request, CSRF_COOKIE),
             nonce,
             path=PATH,
             secure=self.secure(request),
@@ -147,13 +167,18 @@ class SessionCookies:
         )
         return nonce
 
-    def csrf_token(self, nonce: str) -> str:
-        """The token a form carries for this nonce."""
-        return hmac.new(self._csrf_key, nonce.encode(), hashlib.sha256).hexdigest()
+    def csrf_token(self, request: Request, nonce: str) -> str:
+        """The token a form carries for this nonce, in the browser's session (or none)."""
+        session = self.session_token(request) or ""
+        # Each part hashed first: the message cannot be read as another split of the two.
+        message = (
+            hashlib.sha256(nonce.encode()).digest() + hashlib.sha256(session.encode()).digest()
+        )
+        return hmac.new(self._csrf_key, message, hashlib.sha256).hexdigest()
 
     def csrf_ok(self, request: Request, submitted: str | None) -> bool:
-        """Whether a POST's CSRF token matches the browser's nonce (both must be there)."""
+        """Whether a POST's CSRF token is that of the browser's nonce and session (a nonce needed)."""
         nonce = self.nonce(request)
         if not nonce or not submitted:
             return False
-        return hmac.compare_digest(self.csrf_token(nonce), submitted)
+        return hmac.compare_digest(self.csrf_token(request, nonce), submitted)

@@ -20,6 +20,9 @@ from typing import Any, Final, Literal
 
 import jsonschema_rs
 
+from cortex._schemas import response_errors
+from cortex.errors import InvalidInput
+
 __all__ = [
     "ROOT_LABEL",
     "Field",
@@ -40,6 +43,11 @@ _PREFIX: Final = "f"
 # Empty rows an array offers beyond its defaults (a form without script cannot add rows).
 _SPARE_ROWS: Final = 2
 _MAX_ROWS: Final = 20
+# Controls and select options one form may hold: rows of nested arrays multiply,
+# so a few hundred bytes of schema would otherwise describe millions of them.
+_MAX_PARTS: Final = 1000
+# Objects and arrays nested in one form; a subschema deeper is a raw-JSON field.
+_MAX_DEPTH: Final = 8
 # String formats browsers have an input type for whose value is the JSON Schema's.
 _INPUT_TYPES: Final = {"email": "email", "uri": "url", "date": "date"}
 _UNEXPRESSED: Final = frozenset(
@@ -125,23 +133,51 @@ def _raw(name: str, label: str, schema: Any, required: bool, description: str) -
     return Field("json", name, label, required, description, value=value)
 
 
+class _TooLarge(Exception):
+    """The form would hold more than :data:`_MAX_PARTS` controls and options."""
+
+
+@dataclass
+class _Budget:
+    """What is left of :data:`_MAX_PARTS` while a form is built."""
+
+    left: int = _MAX_PARTS
+
+    def spend(self, parts: int) -> None:
+        self.left -= parts
+        if self.left < 0:
+            raise _TooLarge
+
+
 def fields_for(schema: Any) -> Field:
-    """The form for a response schema: an object's properties, or one control labelled ``answer``."""
-    return _field(schema, _PREFIX, ROOT_LABEL, required=True)
+    """The form for a response schema: an object's properties, or one control labelled ``answer``.
+
+    A schema whose form would hold more than 1,000 controls and options
+    (arrays of arrays) is answered in one raw-JSON field instead.
+    """
+    try:
+        return _field(schema, _PREFIX, ROOT_LABEL, required=True, budget=_Budget(), depth=0)
+    except _TooLarge:
+        description = _text(schema, "description") if isinstance(schema, dict) else ""
+        return _raw(_PREFIX, ROOT_LABEL, schema, True, description)
 
 
-def _field(schema: Any, name: str, label: str, *, required: bool) -> Field:
+def _field(
+    schema: Any, name: str, label: str, *, required: bool, budget: _Budget, depth: int
+) -> Field:
+    budget.spend(1)
     if not isinstance(schema, dict):
         return _raw(name, label, schema, required, "")
     description = _text(schema, "description")
     choices = _constants(schema)
     if choices is not None:
+        budget.spend(len(choices))
         options = [(text, _json(v)) for text, v in choices]
         if not required or len(options) > 1:
             options.insert(0, ("", ""))
         default = _json(schema["default"]) if "default" in schema else ""
         return Field("select", name, label, required, description, options=options, value=default)
-    if _UNEXPRESSED & schema.keys():
+    if _UNEXPRESSED & schema.keys() or depth >= _MAX_DEPTH:
         return _raw(name, label, schema, required, description)
     kind = schema.get("type")
     if kind == "string":
@@ -169,10 +205,19 @@ def _field(schema: Any, name: str, label: str, *, required: bool) -> Field:
         for key, sub in schema["properties"].items():
             if isinstance(sub, dict) and "default" not in sub and key in defaults:
                 sub = {**sub, "default": defaults[key]}
-            children.append(_field(sub, _name(name, key), key, required=key in wanted))
+            children.append(
+                _field(
+                    sub,
+                    _name(name, key),
+                    key,
+                    required=key in wanted,
+                    budget=budget,
+                    depth=depth + 1,
+                )
+            )
         return Field("object", name, label, required, description, children=children)
     if kind == "array" and isinstance(schema.get("items"), dict):
-        return _array(schema, name, label, required, description)
+        return _array(schema, name, label, required, description, budget, depth)
     return _raw(name, label, schema, required, description)
 
 
@@ -195,7 +240,15 @@ def _string(schema: dict[str, Any], name: str, label: str, required: bool, desc:
     )
 
 
-def _array(schema: dict[str, Any], name: str, label: str, required: bool, desc: str) -> Field:
+def _array(
+    schema: dict[str, Any],
+    name: str,
+    label: str,
+    required: bool,
+    desc: str,
+    budget: _Budget,
+    depth: int,
+) -> Field:
     items = schema["items"]
     defaults: list[Any] = schema["default"] if isinstance(schema.get("default"), list) else []
     low = _count(schema, "minItems") or 0
@@ -207,7 +260,14 @@ def _array(schema: dict[str, Any], name: str, label: str, required: bool, desc: 
         sub = items
         if i < len(defaults):
             sub = {**items, "default": defaults[i]}
-        row = _field(sub, _name(name, i), f"{label} {i + 1}", required=False)
+        row = _field(
+            sub,
+            _name(name, i),
+            f"{label} {i + 1}",
+            required=False,
+            budget=budget,
+            depth=depth + 1,
+        )
         if row.kind == "checkbox":
             # A row of checkboxes could not be left out: true, false or nothing.
             row = Field(
@@ -277,7 +337,7 @@ def _read(f: Field, form: Mapping[str, str], at: Path, out: Parsed) -> tuple[Any
     if f.kind in ("number", "integer"):
         try:
             number = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text, True
         return (number, True) if isinstance(number, int | float) else (text, True)
     try:
@@ -285,6 +345,10 @@ def _read(f: Field, form: Mapping[str, str], at: Path, out: Parsed) -> tuple[Any
     except ValueError as exc:
         if f.kind == "json":
             out.errors[f.name] = f"not JSON: {exc}"
+        return None, False
+    except RecursionError:
+        if f.kind == "json":
+            out.errors[f.name] = "not JSON cortex takes: nested too deeply"
         return None, False
 
 
@@ -298,9 +362,8 @@ def errors_by_field(schema: Any, parsed: Parsed) -> tuple[dict[str, list[str]], 
     by_field: dict[str, list[str]] = {name: [text] for name, text in parsed.errors.items()}
     general: list[str] = []
     try:
-        validator = jsonschema_rs.validator_for(schema)
-        found = list(validator.iter_errors(parsed.value))
-    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        found = response_errors(parsed.value, schema)
+    except InvalidInput as exc:
         return by_field, [str(exc)]
     for error in found:
         path: Path = tuple(error.instance_path)

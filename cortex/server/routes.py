@@ -98,6 +98,8 @@ async def _filter(
             wanted = json.loads(metadata)
         except ValueError:
             raise InvalidInput("metadata: not JSON; give a JSON object") from None
+        except RecursionError:
+            raise InvalidInput("metadata: nested too deeply; give a flat JSON object") from None
         if not isinstance(wanted, dict):
             raise InvalidInput("metadata: give a JSON object")
     return ListFilter(

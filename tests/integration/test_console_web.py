@@ -254,3 +254,25 @@ def test_an_every_tenant_token_is_for_the_console_only(base_url: str) -> None:
         response = client.get("/v1/sessions", headers={"Authorization": f"Bearer {token('*')}"})
     assert response.status_code == 401
     assert "console" in response.json()["detail"]
+
+
+async def test_over_tls_the_cookies_are_secure_prefixed(database: Database) -> None:
+    """Behind TLS a plain-HTTP response cannot plant the console's cookies: their names say Secure."""
+    from cortex.server import create_app
+    from tests.console_web import KEY
+
+    app = create_app(database.app_url, signing_key=KEY, telemetry=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://cortex") as c:
+        page = await c.get("/console/sign-in")
+        cookie = page.headers["set-cookie"]
+        assert cookie.startswith("__Secure-cortex_console_csrf=")
+        assert "Secure" in cookie
+        nonce = c.cookies["__Secure-cortex_console_csrf"]
+        # The same nonce under the plain name (as an http:// page could set it) is no nonce.
+        c.cookies.clear()
+        c.cookies.set("cortex_console_csrf", nonce, domain="cortex", path="/console")
+        refused = await c.post(
+            "/console/sign-in", data={"csrf": csrf_of(page.text), "token": token("acme")}
+        )
+    assert refused.status_code == 403

@@ -204,6 +204,21 @@ def _first(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return next(r for r in records if r["type"] == kind)
 
 
+_REMOTE = {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}}
+
+
+def _asks(records: list[dict[str, Any]], schema: Any) -> None:
+    """The first question a message asks now carries ``schema``."""
+    message = next(r for r in records if r["type"] == "message" and r["requested_input"])
+    question = {**json.loads(message["requested_input"]), "response_schema": schema}
+    message["requested_input"] = json.dumps(question)
+
+
+def _pends(records: list[dict[str, Any]], schema: Any) -> None:
+    pending = _first(records, "pending_input")
+    pending["response_schema"] = pending["response_schema_json"] = json.dumps(schema)
+
+
 BREAKS: list[tuple[str, Any]] = [
     ("no header", lambda r: r.pop(0)),
     ("no end", lambda r: r.pop()),
@@ -228,6 +243,12 @@ BREAKS: list[tuple[str, Any]] = [
     ("out of order", lambda r: r.append(r.pop(1))),
     ("not a record", lambda r: r.insert(1, ["session"])),
     ("bool as int", lambda r: _first(r, "session").update(message_count=True)),
+    ("JSON text too deep", lambda r: _first(r, "message").update(metadata="[" * 5000 + "]" * 5000)),
+    # An append refuses these response schemas (RequestedInput): an import does too.
+    ("remote $ref asked", lambda r: _asks(r, _REMOTE)),
+    ("schema not an object", lambda r: _asks(r, ["type", "object"])),
+    ("lookaround pattern pending", lambda r: _pends(r, {"type": "string", "pattern": "(?=a)"})),
+    ("remote $ref pending", lambda r: _pends(r, _REMOTE)),
 ]
 
 

@@ -83,3 +83,41 @@ async def test_exempt_paths_pass_through_unbound() -> None:
     assert (await _get(wrapped, "/v1/sessions"))[0] == 401
     with pytest.raises(cortex.InvalidInput):
         ScopeMiddleware(app, scope_from=lambda request: None, exempt=("healthz",))
+
+
+@pytest.mark.parametrize(
+    ("root_path", "path"),
+    [
+        ("", "/v1/sessions"),
+        ("/api", "/api/v1/sessions"),
+        ("/api", "/api"),
+        ("/api", "/apiv1/sessions"),
+        ("/api", "/v1/sessions"),
+        ("/api/", "/api/v1/sessions"),
+        ("/a/b", "/a/b/healthz"),
+    ],
+)
+def test_route_path_is_what_the_router_matches(root_path: str, path: str) -> None:
+    from starlette._utils import get_route_path
+
+    from cortex.asgi import route_path
+
+    scope = {"type": "http", "path": path, "root_path": root_path}
+    assert route_path(scope) == get_route_path(scope)
+
+
+@pytest.mark.anyio
+async def test_exempt_paths_are_route_paths_under_a_root_path() -> None:
+    import httpx
+
+    from cortex.asgi import ASGIScope, Receive, ScopeMiddleware, Send
+
+    async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    wrapped = ScopeMiddleware(app, scope_from=lambda request: None, exempt=("/healthz",))
+    transport = httpx.ASGITransport(app=wrapped, root_path="/api")
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        assert (await client.get("/api/healthz")).status_code == 200
+        assert (await client.get("/api/v1/sessions")).status_code == 401

@@ -124,3 +124,41 @@ def test_errors_land_beside_the_field_they_name() -> None:
     assert "f/team" in errors  # required, missing
     assert "f/address/city" in errors  # required inside a nested object
     assert "f/approved" not in errors
+
+
+def _depth(f: Field) -> int:
+    return 1 + max((_depth(child) for child in f.children), default=0)
+
+
+def test_a_form_is_bounded_in_depth_and_in_parts() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(30):
+        deep = {"type": "object", "properties": {"x": deep}}
+    form = fields_for(deep)
+    assert _depth(form) <= 9
+    leaf = form
+    while leaf.children:
+        leaf = leaf.children[0]
+    # What lies deeper is answered as JSON.
+    assert leaf.kind == "json"
+    assert parse_form(form, {leaf.name: '{"x": "y"}'}).errors == {}
+    # Options count too: 20 rows of a 100-choice enum would be 2,000 of them.
+    rows = {"type": "array", "minItems": 20, "items": {"enum": list(range(100))}}
+    whole = fields_for(rows)
+    assert (whole.kind, whole.children) == ("json", [])
+    assert fields_for({**rows, "minItems": 5}).kind == "array"
+
+
+def test_json_nested_too_deeply_is_an_error_of_its_field() -> None:
+    form = fields_for({"type": "object", "properties": {"raw": {"anyOf": [{}]}}})
+    parsed = parse_form(form, {"f/raw": "[" * 5000 + "]" * 5000})
+    assert "f/raw" in parsed.errors
+
+
+def test_a_remote_reference_is_refused_not_fetched() -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}}
+    parsed = parse_form(fields_for(schema), {"f/a": "1"})
+    by_field, general = errors_by_field(schema, parsed)
+    assert by_field == {}
+    assert len(general) == 1
+    assert "only local references" in general[0]
