@@ -233,7 +233,7 @@ def test_every_db_command_answers_in_json(
     assert main([*url, "db", "downgrade", "-1", "--json"]) == 0
     undone = json.loads(capsys.readouterr().out)
     assert [(s["revision"], s["to"]) for s in undone["undone"]] == [
-        (SCHEMA_REVISION, "20261205000024")
+        (SCHEMA_REVISION, "20261205000025")
     ]
     assert main([*url, "db", "upgrade"]) == 0
     out = capsys.readouterr().out
