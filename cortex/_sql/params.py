@@ -70,8 +70,8 @@ __all__ = [
     "METADATA_FILTER",
     "METADATA_IDS",
     "METADATA_KEY",
+    "METADATA_NEWEST",
     "METADATA_SINCE",
-    "METADATA_SKIP",
     "METADATA_VALUE",
     "MIN_KEEP",
     "M_AUTHOR",
@@ -200,10 +200,10 @@ METADATA_CAP: Final = "metadata_cap"
 METADATA_IDS: Final = "metadata_ids"
 # The hours a filter's candidates were read from (revision 20261205000026):
 # no later than METADATA_BEFORE (a cursor's or a bound's hour), down to the
-# hour of the METADATA_SKIP + 1-th newest match, whose start the listing
-# binds as METADATA_SINCE.
+# hour of the METADATA_NEWEST-th newest match, whose start the listing binds
+# as METADATA_SINCE.
 METADATA_BEFORE: Final = "metadata_before"
-METADATA_SKIP: Final = "metadata_skip"
+METADATA_NEWEST: Final = "metadata_newest"
 METADATA_SINCE: Final = "metadata_since"
 CREATED_AFTER: Final = "created_after"
 CREATED_BEFORE: Final = "created_before"

@@ -36,8 +36,8 @@ from cortex._sql.params import (
     METADATA_FILTER,
     METADATA_IDS,
     METADATA_KEY,
+    METADATA_NEWEST,
     METADATA_SINCE,
-    METADATA_SKIP,
     METADATA_VALUE,
     OFFSET,
     SCOPE,
@@ -308,13 +308,14 @@ def too_many_candidates(found: int, *, wanted: int, cap: int) -> bool:
 
 
 def uses_metadata_candidates(shape: FilterShape) -> bool:
-    """Whether a metadata filter looks up its candidates first (a tenant's or a depth-2 subtree's listing).
+    """Whether a metadata filter looks up its candidates first (a whole tenant's listing).
 
-    A narrower subtree (a user's sessions) is walked: it holds fewer rows
-    than the tenant's candidates would be. On Citus, where no trigger keeps
+    A subtree is walked: the candidates are the tenant's, and a page of a
+    subtree would need as many more of them as the tenant holds sessions
+    beside the subtree's. On Citus, where no trigger keeps
     ``metadata_pairs``, the walk always checks the filter.
     """
-    return shape.metadata > 0 and not shape.exact and shape.depth <= 2 and not shape.distributed
+    return shape.metadata > 0 and not shape.exact and shape.depth == 1 and not shape.distributed
 
 
 def with_candidates(shape: FilterShape, *, window: bool) -> FilterShape:
@@ -338,7 +339,7 @@ def metadata_candidate_params(
     given: dict[str, Any] = {
         scope_tenant_param().key: scope.tenant,
         METADATA_FILTER: "{" + pairs + "}",
-        METADATA_SKIP: skip,
+        METADATA_NEWEST: skip + 1,
         METADATA_CAP: cap + 1,
     }
     if before is not None:
@@ -352,8 +353,8 @@ def metadata_candidates_statement(
 ) -> sa.Select[tuple[int | None, list[uuid.UUID] | None]]:
     """The bound tenant's sessions whose metadata may match, newest hours first (revision …26).
 
-    Two columns: the hour of the ``metadata_skip + 1``-th newest match (NULL
-    when there are no more matches than that), and the sessions with a match
+    Two columns: the hour of the ``metadata_newest``-th newest match (NULL
+    when no match is older than that hour), and the sessions with a match
     in that hour or a later one (at most ``metadata_cap``). Every session
     updated since the start of that hour whose metadata matches is among
     them, since ``metadata_pairs`` holds each session's pairs at its
@@ -393,25 +394,28 @@ def metadata_candidates_statement(
     where = [first.c.tenant_id == scope_tenant_param(), first.c.pair == pair(0)]
     if before:
         where.append(first.c.hour <= sa.bindparam(METADATA_BEFORE, type_=sa.BigInteger()))
-    last_hour = (
+    newest = (
         sa.select(first.c.hour)
         .select_from(joined)
         .where(*where)
         .order_by(first.c.hour.desc())
-        .offset(int_param(METADATA_SKIP))
-        .limit(1)
-        .scalar_subquery()
+        .limit(int_param(METADATA_NEWEST))
+        .subquery("newest")
     )
-    since = sa.func.coalesce(last_hour, sa.literal(-(2**63), sa.BigInteger()))
+    # The oldest hour of the newest matches: a scalar subquery, so an index
+    # condition of the reads below (NULL when nothing matches).
+    edge = sa.select(sa.func.min(newest.c.hour)).scalar_subquery()
+    older = sa.select(first.c.hour).select_from(joined).where(*where, first.c.hour < edge)
+    since = sa.case((sa.exists(older), edge))
     found = (
         sa.select(first.c.session_id)
         .select_from(joined)
-        .where(*where, first.c.hour >= since)
+        .where(*where, first.c.hour >= edge)
         .limit(int_param(METADATA_CAP))
         .subquery("found")
     )
     ids = sa.select(sa.func.array_agg(found.c.session_id, type_=_UUIDS)).scalar_subquery()
-    return sa.select(last_hour.label("since_hour"), ids.label("ids"))
+    return sa.select(since.label("since_hour"), ids.label("ids"))
 
 
 def search_clause(shape: FilterShape) -> ColumnElement[bool]:

@@ -54,28 +54,34 @@ async def _seeded(database: Database, owner_conn: asyncpg.Connection) -> str:
 
 
 @pytest.mark.anyio
-# The most rows a page may read: the matches of the newest hours holding a
-# page (36 an hour here); in a project, the planner may read the project's
-# 1,000 rows in order instead.
-@pytest.mark.parametrize(("below", "most"), [("", 80), ("/proj7", 1000)])
 async def test_a_selective_filter_reads_only_its_newest_hours(
-    below: str,
-    most: int,
-    database: Database,
-    owner_conn: asyncpg.Connection,
-    app_conn: asyncpg.Connection,
+    database: Database, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
 ) -> None:
+    """A page reads the matches of the newest hours holding a page (36 an hour here)."""
     tenant = await _seeded(database, owner_conn)
     flt = cortex.ListFilter(metadata=WEB, limit=20)
-    ids, rows, parsed = await plans.explain_filtered_page(
-        app_conn, Scope.parse(tenant + below), flt
-    )
+    ids, rows, parsed = await plans.explain_filtered_page(app_conn, Scope.parse(tenant), flt)
     # The tenant's matches of its newest hours, not the neighbour's: the tenant is in every hash.
     assert ids is not None
     assert 20 <= len(ids) <= 80
     assert len(rows) == 20
-    assert plans.rows_read(parsed, "sessions") <= most
+    assert plans.rows_read(parsed, "sessions") <= 80
     assert all("Seq" not in str(scan.get("Node Type")) for scan in plans.scans(parsed, "sessions"))
+
+
+@pytest.mark.anyio
+async def test_a_subtree_walks_its_own_listing(
+    database: Database, owner_conn: asyncpg.Connection, app_conn: asyncpg.Connection
+) -> None:
+    """The candidates are the tenant's: a project's page walks the project's rows instead."""
+    tenant = await _seeded(database, owner_conn)
+    flt = cortex.ListFilter(metadata=WEB, limit=20)
+    ids, rows, parsed = await plans.explain_filtered_page(
+        app_conn, Scope.parse(tenant + "/proj7"), flt
+    )
+    assert ids is None
+    assert len(rows) == 20  # every match of the tenant is in proj7
+    assert plans.rows_read(parsed, "sessions") <= 1000
 
 
 @pytest.mark.anyio
