@@ -381,17 +381,23 @@ def metadata_candidates_statement(
     rows = [metadata_pairs.alias(f"m{i}") for i in range(keys)]
     first = rows[0]
     joined: sa.FromClause = first
-    for i, row in enumerate(rows[1:], start=1):
-        joined = joined.join(
-            row,
-            sa.and_(
+    # Every other key's row of the same session and hour: one probe of the
+    # primary key per row of the first key's. OFFSET keeps the planner from
+    # turning it into a join, which merged whole hours of a common key's rows.
+    others = [
+        sa.exists(
+            sa.select(sa.literal(1))
+            .where(
                 row.c.tenant_id == first.c.tenant_id,
                 row.c.pair == pair(i),
                 row.c.hour == first.c.hour,
                 row.c.session_id == first.c.session_id,
-            ),
+            )
+            .offset(0)
         )
-    where = [first.c.tenant_id == scope_tenant_param(), first.c.pair == pair(0)]
+        for i, row in enumerate(rows[1:], start=1)
+    ]
+    where = [first.c.tenant_id == scope_tenant_param(), first.c.pair == pair(0), *others]
     if before:
         where.append(first.c.hour <= sa.bindparam(METADATA_BEFORE, type_=sa.BigInteger()))
     newest = (
@@ -402,9 +408,10 @@ def metadata_candidates_statement(
         .limit(int_param(METADATA_NEWEST))
         .subquery("newest")
     )
-    # The oldest hour of the newest matches: a scalar subquery, so an index
+    # The oldest hour of the newest matches, read once (a CTE) and an index
     # condition of the reads below (NULL when nothing matches).
-    edge = sa.select(sa.func.min(newest.c.hour)).scalar_subquery()
+    edges = sa.select(sa.func.min(newest.c.hour).label("hour")).cte("edge")
+    edge = sa.select(edges.c.hour).scalar_subquery()
     older = sa.select(first.c.hour).select_from(joined).where(*where, first.c.hour < edge)
     since = sa.case((sa.exists(older), edge))
     found = (
