@@ -110,8 +110,9 @@ async def serve(
     command += ["--database-url", app_url]
     if not metrics:
         command.append("--no-metrics")
+    # In the source tree: ``python -m`` puts the working directory first on sys.path.
     child = await asyncio.create_subprocess_exec(
-        *command, env=env, stdout=asyncio.subprocess.DEVNULL
+        *command, env=env, cwd=source, stdout=asyncio.subprocess.DEVNULL
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
