@@ -147,6 +147,10 @@ def _params(scenario: str, args: argparse.Namespace) -> Any:
             sessions=200 if quick else 1000,
             messages=200 if quick else 500,
             repeats=40 if quick else 400,
+            seconds=1 if quick else 3,
+            generator=args.generator,
+            metrics=not args.no_metrics,
+            baseline=os.path.abspath(args.baseline) if args.baseline else None,
         )
     if scenario == "retention":
         messages = args.n or (20_000 if quick else 100_000)
@@ -308,6 +312,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--database",
         help=f"{', '.join(REUSABLE)}: measure again on this kept database (upgraded to head),"
         " without seeding",
+    )
+    parser.add_argument(
+        "--generator",
+        choices=("auto", "wrk", "httpx"),
+        default="auto",
+        help="server: the load generator (auto: wrk when it is on the PATH, else httpx)",
+    )
+    parser.add_argument(
+        "--no-metrics", action="store_true", help="server: run cortex serve --no-metrics"
+    )
+    parser.add_argument(
+        "--baseline",
+        help="server: also run cortex serve from this source tree (an earlier commit's"
+        " checkout) as a third side",
     )
     args = parser.parse_args(argv)
     # Progress of long steps (the legacy build, the backfill): a bar on a terminal, else log lines.

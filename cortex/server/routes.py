@@ -9,21 +9,34 @@ thread pool, a hop per request. The busiest routes return their model as
 a :class:`JSONModel` response, serialized once by pydantic-core, instead of
 letting FastAPI validate the model again before encoding it; their
 ``response_model`` keeps the OpenAPI document exact.
+
+The three hottest routes (an append, a page of sessions, a page of
+messages) have a *lane* (:class:`LaneRoute`): a request whose parameters
+are plain (no filter, digits for numbers, a JSON body that validates) calls
+the endpoint function directly, without FastAPI's per-request dependency
+solving; any other request, and every refusal, takes FastAPI's own path,
+so its errors are FastAPI's. The routes stay FastAPI routes: the OpenAPI
+document, the route template telemetry reads and the exception handlers
+are unchanged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
 
 from cortex._calls.sessions import listing_digest
+from cortex.asgi import ASGIScope, Receive, Send
 from cortex.errors import InvalidInput
 from cortex.models import (
     ErasureReport,
@@ -71,7 +84,96 @@ class JSONModel(Response):
 StoreDep = Annotated[Store, Depends(_store)]
 SignerDep = Annotated[CursorSigner, Depends(_signer)]
 
-router = APIRouter(prefix="/v1")
+# A lane: (route, request, query) -> the endpoint's response, or None for FastAPI's own path.
+Lane = Callable[["LaneRoute", Request, dict[str, str]], Awaitable[Response | None]]
+_LANES: dict[Callable[..., Any], tuple[str, frozenset[str], Lane]] = {}
+
+
+class LaneRoute(APIRoute):
+    """A FastAPI route that answers a plain request through its lane, if it has one."""
+
+    async def handle(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        """The lane's response; FastAPI's path when there is none or the lane declines."""
+        lane = _LANES.get(self.endpoint)
+        app = scope.get("app")
+        if (
+            lane is not None
+            and scope["method"] == lane[0]
+            and app is not None
+            and not app.dependency_overrides  # a host's override is FastAPI's to apply
+        ):
+            query = _plain_query(scope, lane[1])
+            if query is not None:
+                body = None
+                if scope["method"] == "POST":
+                    # Read here, so FastAPI's path can be given it again if the lane declines.
+                    body = await _read_body(receive)
+                    receive = _replay(body)
+                response = await lane[2](self, Request(scope, receive, send), query)
+                if response is not None:
+                    await response(scope, receive, send)
+                    return
+                if body is not None:
+                    receive = _replay(body)
+        await super().handle(scope, receive, send)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The whole request body, as Starlette reads it (its bound is BodyLimit's, around the app)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _plain_query(scope: ASGIScope, allowed: frozenset[str]) -> dict[str, str] | None:
+    """The query's parameters (Starlette's parsing), if each is allowed and given once."""
+    raw = scope.get("query_string", b"")
+    if not raw:
+        return {}
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    query = dict(pairs)
+    if len(query) != len(pairs) or not allowed.issuperset(query):
+        return None
+    return query
+
+
+def _digits(query: Mapping[str, str], name: str, low: int, high: int, default: int) -> int | None:
+    """The parameter as an int within [low, high], or None (FastAPI's path answers the rest)."""
+    text = query.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
+
+
+def _replay(body: bytes) -> Receive:
+    """A receive that gives the body already read, for FastAPI's path after a lane declined."""
+    given = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal given
+        if given:
+            return {"type": "http.disconnect"}
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _json_body(request: Request) -> bool:
+    """Whether the request says its body is JSON, as FastAPI reads the header."""
+    kind = request.headers.get("content-type", "")
+    return kind.split(";", 1)[0].strip().lower() == "application/json"
+
+
+router = APIRouter(prefix="/v1", route_class=LaneRoute)
 
 
 # --- listing parameters -----------------------------------------------------------
@@ -164,8 +266,9 @@ async def list_sessions(
             raise InvalidCursor("cursor: it continues another listing (another scope or filter)")
     page = await store.list_sessions_page(flt, cursor=position)
     following = page.next_cursor
+    # Constructed, not validated: the store's sessions are checked already.
     return JSONModel(
-        b.SessionPageView(
+        b.SessionPageView.model_construct(
             items=page.items,
             next_cursor=None
             if following is None
@@ -224,7 +327,7 @@ async def append_messages(session_id: str, body: b.AppendBody, store: StoreDep) 
     stored = await store.append_messages(
         session_id, body.messages, data=body.data, expected_count=body.expected_count
     )
-    return JSONModel(b.MessagesView(items=stored), status_code=201)
+    return JSONModel(b.MessagesView.model_construct(items=stored), status_code=201)
 
 
 @router.get("/sessions/{session_id}/messages", tags=["messages"], response_model=b.MessagePage)
@@ -243,7 +346,8 @@ async def list_messages(
     if newest is not None:
         if cursor is not None or after_seq:
             raise InvalidInput("newest: give newest, or after_seq and cursor, not both")
-        return JSONModel(b.MessagePage(items=await store.recent_messages(session_id, limit=newest)))
+        recent = await store.recent_messages(session_id, limit=newest)
+        return JSONModel(b.MessagePage.model_construct(items=recent, next_cursor=None))
     if cursor is not None:
         position = signer.open("messages", cursor)
         if position.get("session_id") != session_id or not isinstance(position.get("seq"), int):
@@ -254,7 +358,69 @@ async def list_messages(
     following = None
     if len(items) == size:
         following = signer.sign("messages", {"session_id": session_id, "seq": items[-1].seq})
-    return JSONModel(b.MessagePage(items=items, next_cursor=following))
+    return JSONModel(b.MessagePage.model_construct(items=items, next_cursor=following))
+
+
+async def _sessions_lane(
+    route: LaneRoute, request: Request, query: dict[str, str]
+) -> Response | None:
+    limit = _digits(query, "limit", 0, 1000, 0)
+    if limit is None:
+        return None
+    holder = request.app.state.cortex
+    return await list_sessions(
+        await _filter(), await holder.store(), holder.signer, limit, query.get("cursor")
+    )
+
+
+_LANES[list_sessions] = ("GET", frozenset({"limit", "cursor"}), _sessions_lane)
+
+
+async def _messages_lane(
+    route: LaneRoute, request: Request, query: dict[str, str]
+) -> Response | None:
+    after_seq = _digits(query, "after_seq", 0, 2**31 - 1, 0)
+    limit = _digits(query, "limit", 0, 1000, 0)
+    newest = _digits(query, "newest", 1, 1000, 0)
+    if after_seq is None or limit is None or newest is None:
+        return None
+    holder = request.app.state.cortex
+    return await list_messages(
+        request.path_params["session_id"],
+        await holder.store(),
+        holder.signer,
+        after_seq,
+        limit,
+        query.get("cursor"),
+        newest or None,
+    )
+
+
+_LANES[list_messages] = (
+    "GET",
+    frozenset({"after_seq", "limit", "cursor", "newest"}),
+    _messages_lane,
+)
+
+
+async def _append_lane(
+    route: LaneRoute, request: Request, query: dict[str, str]
+) -> Response | None:
+    if query or route.body_field is None or not _json_body(request):
+        return None
+    try:
+        document = orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        return None
+    # FastAPI's own body field: what it would accept, validated as FastAPI validates it.
+    body, errors = route.body_field.validate(document, {}, loc=("body",))
+    if errors:
+        return None
+    store = await request.app.state.cortex.store()
+    return await append_messages(request.path_params["session_id"], body, store)
+
+
+_LANES[append_messages] = ("POST", frozenset(), _append_lane)
 
 
 @router.post("/sessions/{session_id}/resume", tags=["operators"])
