@@ -858,6 +858,7 @@ def test_a_schema_named_cortex_console_does_not_feed_the_console(own_db: Databas
 
 @planted
 async def test_pg_temp_objects_never_run_inside_the_definer_function(own_db: Database) -> None:
+    """The pairs' trigger function runs as its owner: a session's temp objects never reach it."""
     db = own_db
     tenant = f"t{uuid.uuid4().hex[:8]}"
     async with cortex.connect(db.app_url) as store:
@@ -866,25 +867,31 @@ async def test_pg_temp_objects_never_run_inside_the_definer_function(own_db: Dat
     conn = await asyncpg.connect(asyncpg_dsn(db.app_url))
     try:
         await conn.execute(
-            "CREATE TEMP TABLE sessions (tenant_id text, id uuid, metadata_json json,"
-            " metadata jsonb)"
-        )
-        await conn.execute(
-            "CREATE FUNCTION pg_temp.cardinality(a uuid[]) RETURNS integer LANGUAGE sql"
-            " AS 'SELECT 1/0'"
+            "CREATE TEMP TABLE metadata_pairs (tenant_id text, pair bigint, hour bigint,"
+            " session_id uuid)"
         )
         await conn.execute(
             "CREATE FUNCTION pg_temp.cortex_metadata_pairs(t text, d json, l jsonb)"
             " RETURNS bigint[] LANGUAGE sql AS 'SELECT ARRAY[(1/0)::bigint]'"
         )
+        await conn.execute(
+            "CREATE FUNCTION pg_temp.unnest(a bigint[]) RETURNS SETOF bigint LANGUAGE sql"
+            " AS 'SELECT (1/0)::bigint'"
+        )
         await conn.execute(f"SELECT set_config('cortex.tenant', '{tenant}', false)")
-        found = await conn.fetchval(
-            "SELECT public.cortex_metadata_ids($1, $2::jsonb, 10)", tenant, '{"k": "v"}'
+        await conn.execute(
+            'UPDATE public.sessions SET metadata_json = \'{"k": "w"}\'::json,'
+            " updated_at = now() WHERE tenant_id = $1",
+            tenant,
+        )
+        planted = await conn.fetchval("SELECT count(*) FROM pg_temp.metadata_pairs")
+        kept = await conn.fetchval(
+            "SELECT count(*) FROM public.metadata_pairs WHERE tenant_id = $1", tenant
         )
     finally:
         await conn.close()
-    assert found is not None
-    assert len(found) == 1
+    assert planted == 0
+    assert kept == 1
 
 
 @planted

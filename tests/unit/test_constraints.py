@@ -40,6 +40,7 @@ OUT_OF_REACH = {
     "ck_scope_data_scope_tenant": "the tenant comes from the session row",
     "ck_sessions_trimmed_count": "only a retention trim raises it, by the rows it removed",
     "pk_erasures": "a receipt's id is a new UUIDv7",
+    "pk_metadata_pairs": "written only by cortex's trigger, with ON CONFLICT DO NOTHING",
     "uq_erasures_running": "an erasure begins with ON CONFLICT DO NOTHING and then joins the running one",
     "ck_erasures_scope_tenant": "cortex derives tenant_id from the scope it erases",
     "pk_console_actions": "an audit row's id is a new UUIDv7",
