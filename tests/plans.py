@@ -115,16 +115,18 @@ async def explain_filtered_page(
     values: dict[str, Any] = {**filter_params(scope, flt), "limit": flt.page_size}
     async with app_conn.transaction():
         await app_conn.execute(f"SET LOCAL cortex.tenant = '{scope.tenant}'")
-        ids = None
+        ids: list[Any] | None = None
+        since = None
         if uses_metadata_candidates(shape):
             found = compile_statement(metadata_candidates_statement(shape.metadata, before=False))
             given = metadata_candidate_params(
                 scope, flt, skip=flt.page_size - 1, cap=METADATA_CANDIDATES
             )
-            since, ids = await app_conn.fetchrow(
+            row = await app_conn.fetchrow(
                 found.sql, *(given[n] if n in given else found.fixed[n] for n in found.order)
             )
-            ids = ids or []
+            assert row is not None
+            since, ids = row["since_hour"], row["ids"] or []
             if too_many_candidates(len(ids), wanted=flt.page_size, cap=METADATA_CANDIDATES):
                 ids = None
         if ids is not None:
