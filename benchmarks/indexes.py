@@ -157,6 +157,10 @@ VARIANTS: Final = (
 # What a host typically files a session under.
 METADATA: Final = {"channel": "web", "plan": "pro", "locale": "en-GB"}
 _FLOOR_TABLES: Final = ("physical.sessions", "physical.messages")
+_DISABLED_TRIGGERS_SQL: Final = """
+SELECT pg_catalog.string_agg(tgname::text, ', ') FROM pg_catalog.pg_trigger
+WHERE tgrelid = 'public.sessions'::regclass AND NOT tgisinternal AND tgenabled = 'D'
+"""
 _INDEXES_SQL: Final = """
 SELECT c.relname::text AS name, pg_catalog.pg_get_indexdef(c.oid) AS definition
 FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
@@ -276,6 +280,9 @@ async def run(db: BenchDatabase, p: Params) -> tuple[list[Line], bool]:
         broken += await _physical_invariants(owner)
         if restored != built:
             broken.append("the indexes of sessions did not come back as they were")
+        disabled = await owner.fetchval(_DISABLED_TRIGGERS_SQL)
+        if disabled:
+            broken.append(f"triggers of sessions left disabled: {disabled}")
     finally:
         await phys.close()
         await owner.close()
