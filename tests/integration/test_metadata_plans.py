@@ -1,7 +1,9 @@
 """A metadata filter reads its candidates from ``metadata_pairs``, newest hours first.
 
 20,000 sessions of one tenant beside 20,000 of another, updated a second
-apart (about six hours), 1 % of each with ``{"channel": "web"}`` and the
+apart over the six whole hours before this one (a clock early in its hour
+would leave the newest hour nearly empty, and the plans would follow the
+minute the tests ran), 1 % of each with ``{"channel": "web"}`` and the
 rest ``{"channel": "email"}``, EXPLAIN (ANALYZE) as the application role.
 Before revision 20261205000024 a page filtered on the 1 % walked the
 tenant's listing index and dropped about a hundred rows for each one it
@@ -35,7 +37,8 @@ SELECT $1, gen_random_uuid(), 'agent-' || g % 5, $1 || '/proj' || g % 20 || '/us
        3, $1 || '/proj' || g % 20, $1 || '/proj' || g % 20 || '/user' || g % 50,
        CASE WHEN g % 100 = 7 THEN '{"channel":"web","n":' || g || '}'
             ELSE '{"channel":"email","n":' || g || '}' END::json,
-       now() - g * interval '1 second', now() - g * interval '1 second'
+       date_trunc('hour', now()) - g * interval '1 second',
+       date_trunc('hour', now()) - g * interval '1 second'
 FROM generate_series(1, 20000) AS g
 """
 _SEEDED: dict[str, str] = {}
