@@ -6,7 +6,9 @@ See :mod:`cortex.asgi` for why the dependency must be ``async``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from fastapi import Request
 from fastapi.encoders import jsonable_encoder
@@ -64,13 +66,26 @@ async def validation_error_handler(request: Request, exc: Exception) -> JSONResp
     """Answer FastAPI's request validation error as cortex answers ``InvalidInput``: 422, problem details."""
     if not isinstance(exc, RequestValidationError):  # registered for it only
         raise exc
-    errors = jsonable_encoder(exc.errors())
+    errors = [_strict_json(error) for error in jsonable_encoder(exc.errors())]
     detail = "; ".join(
         f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', '')}"
         for error in errors
     )
     body = problem("InvalidInput", 422, detail or "the request is not valid", errors=errors)
     return JSONResponse(body, status_code=422, media_type=PROBLEM_JSON)
+
+
+def _strict_json(error: dict[str, Any]) -> dict[str, Any]:
+    """One validation error, without the echoed input when strict JSON cannot carry it.
+
+    Python's JSON reads NaN and Infinity in a body, and the error echoes them
+    back; a response holding them would not be JSON.
+    """
+    try:
+        json.dumps(error, allow_nan=False)
+    except ValueError:
+        return {key: value for key, value in error.items() if key not in ("input", "ctx")}
+    return error
 
 
 def _no_scope_named(request: Request) -> bool:

@@ -386,6 +386,38 @@ async def test_body_bound_cors_and_problems(client: httpx.AsyncClient) -> None:
     problem(await client.get("/v1/nowhere"), 404, "NotFound")
 
 
+async def test_bodies_holding_nan_or_infinity_are_422(client: httpx.AsyncClient) -> None:
+    """Python's JSON reads NaN and Infinity; cortex refuses them, and the refusal itself is JSON."""
+    created = await client.post("/v1/sessions", json={"agent_id": "bot"})
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    raw = {"content-type": "application/json"}
+    bodies = {
+        f"/v1/sessions/{sid}/messages": [
+            b'{"messages": [{"role": "user", "content": NaN}]}',
+            b'{"messages": [{"role": "user", "content": {"x": [Infinity]}}]}',
+            b'{"messages": [{"role": "user", "content": "hi", "metadata": {"x": -Infinity}}]}',
+            b'{"messages": [{"role": "user", "content": [1e400]}]}',
+        ],
+        "/v1/sessions": [b'{"agent_id": "bot", "metadata": {"n": NaN}}'],
+        f"/v1/sessions/{sid}": [b'{"metadata": {"n": Infinity}}'],
+    }
+    for path, sent in bodies.items():
+        for body in sent:
+            method = "PATCH" if path.endswith(sid) else "POST"
+            answer = await client.request(method, path, content=body, headers=raw)
+            found = problem(answer, 422, "InvalidInput")
+            json.loads(answer.text, parse_constant=_refuse)  # strict JSON back
+            assert found["errors"]
+    listed = await client.get(f"/v1/sessions/{sid}/messages")
+    assert listed.json()["items"] == []
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["metadata"] == {}
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"{constant} in a response")
+
+
 async def test_health_and_documents(base_url: str) -> None:
     async with httpx.AsyncClient(base_url=base_url) as c:
         assert (await c.get("/healthz")).json() == {"status": "ok"}
