@@ -9,6 +9,7 @@ an unexpected one says nothing of its cause.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -175,6 +176,18 @@ def _content_length(scope: ASGIScope) -> int | None:
     return None
 
 
+def _fastapi_telemetry_off() -> dict[str, Any]:
+    """FastAPI's own request telemetry turned off, where its release has any (0.165 and later).
+
+    It traces every request whenever a global provider is set: beside
+    cortex's span, each request would be two, and ``telemetry=False`` none.
+    """
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    off = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
+    return {"telemetry": off}
+
+
 def create_app(
     store_or_url: Store | str | URL,
     *,
@@ -281,6 +294,7 @@ def create_app(
         responses={
             status: {"model": Problem, "description": text} for status, text in _PROBLEMS.items()
         },
+        **_fastapi_telemetry_off(),
     )
     app.state.cortex = holder
     _install_handlers(app)

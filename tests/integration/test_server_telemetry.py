@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -108,3 +110,57 @@ async def test_access_log_lines_are_json_without_the_token(
     )
     token = headers["Authorization"].split()[1]
     assert all(token not in r.getMessage() for r in caplog.records)
+
+
+_GLOBAL_PROVIDER = """
+import json, sys
+import httpx
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from prometheus_client import CollectorRegistry
+from cortex.server import SigningKey, create_app, issue_token
+from tests.serving import running
+
+url, key, scope, telemetry = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "on"
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+token = issue_token(SigningKey.parse(key), scope=scope, role="app")
+app = create_app(url, signing_key=key, registry=CollectorRegistry(), telemetry=telemetry)
+with running(app) as base:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as c:
+        assert c.post("/v1/sessions", json={"agent_id": "bot"}).status_code == 201
+        assert c.get("/v1/sessions/count").status_code == 200
+        assert c.get("/v1/sessions/ses_01h455vb4pex5vsknk084sn02q").status_code == 404
+server = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.SERVER]
+print(json.dumps(sorted(s.name for s in server)))
+"""
+
+
+@pytest.mark.parametrize("telemetry", ["on", "off"])
+def test_a_global_provider_gets_one_server_span_a_request(
+    database: Database, tenant: str, telemetry: str
+) -> None:
+    """With the host's global provider set, a request is one server span (none with telemetry off).
+
+    FastAPI 0.165 and later trace requests themselves whenever a global
+    provider is set; cortex's own span is the one, so FastAPI's is off. The
+    global provider can be set once a process: a process of its own.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER, database.app_url, KEY, tenant, telemetry],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    names = json.loads(done.stdout.strip().splitlines()[-1])
+    if telemetry == "off":
+        assert names == []
+    else:
+        assert len(names) == 3, names
