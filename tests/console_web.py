@@ -6,13 +6,15 @@ import asyncio
 import re
 import secrets
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import asyncpg
 import httpx
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 import cortex
 from cortex import NewMessage, RequestedInput, use_scope
@@ -55,12 +57,27 @@ def console_login(database: Database) -> Iterator[str]:
 
 
 @contextmanager
-def served(database: Database) -> Iterator[str]:
-    """cortex's app as ``cortex serve`` runs it, the console on its own login; yields the base URL."""
+def served(database: Database, prefix: str = "") -> Iterator[str]:
+    """cortex's app as ``cortex serve`` runs it, the console on its own login; yields the base URL.
+
+    With ``prefix`` ("/ops"), the app is mounted beneath it in a host's app,
+    as a host that serves other routes beside cortex's mounts it.
+    """
     with console_login(database) as login:
         app = create_app(database.app_url, signing_key=KEY, console_url=login)
-        with running(app) as url:
+        with running(mounted(app, prefix) if prefix else app) as url:
             yield url
+
+
+def mounted(app: Any, prefix: str) -> Starlette:
+    """A host's Starlette app serving ``app`` beneath ``prefix``, running its lifespan too."""
+
+    @asynccontextmanager
+    async def lifespan(host: Starlette) -> AsyncIterator[None]:
+        async with app.router.lifespan_context(app):
+            yield
+
+    return Starlette(routes=[Mount(prefix, app=app)], lifespan=lifespan)
 
 
 def ask(question: str, *, title_payload: Any = None, schema: Any = None) -> NewMessage:

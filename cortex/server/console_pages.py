@@ -36,9 +36,11 @@ from cortex.scope import Scope, use_scope
 from cortex.server.auth import SigningKey, Unauthorized
 from cortex.server.console_session import (
     CSRF_FIELD,
+    PATH,
     NotAnOperator,
     Operator,
     SessionCookies,
+    console_root,
     operator_of,
 )
 from cortex.server.forms import Field, errors_by_field, fields_for, parse_form, refill
@@ -138,7 +140,10 @@ class Console:
         if nonce is None:
             nonce = secrets.token_urlsafe(32)
         html = self.env.get_template(template).render(
-            csrf_field=CSRF_FIELD, csrf=self.cookies.csrf_token(request, nonce), **context
+            csrf_field=CSRF_FIELD,
+            csrf=self.cookies.csrf_token(request, nonce),
+            root=console_root(request),
+            **context,
         )
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
         if fresh:
@@ -168,12 +173,14 @@ class Console:
             )
 
 
-def _redirect(location: str) -> RedirectResponse:
-    return RedirectResponse(location, status_code=303, headers=SECURITY_HEADERS)
+def _redirect(request: Request, location: str) -> RedirectResponse:
+    """A redirect to ``location``, a path within the console (``/sign-in``)."""
+    where = console_root(request) + location
+    return RedirectResponse(where, status_code=303, headers=SECURITY_HEADERS)
 
 
 def _session_url(tenant: str, session_id: str) -> str:
-    return f"/console/tenants/{tenant}/sessions/{session_id}"
+    return f"/tenants/{tenant}/sessions/{session_id}"
 
 
 @dataclass
@@ -227,11 +234,11 @@ def _question(pending: PendingInput) -> Question:
 def install_console(app: FastAPI, console: Console) -> None:
     """Mount the console's pages at ``/console`` and its stylesheet at ``/console/static``."""
     app.state.console = console
-    router = APIRouter(prefix="/console", include_in_schema=False)
+    router = APIRouter(prefix=PATH, include_in_schema=False)
     static = StaticFiles(directory=str(files("cortex.server") / "static"))
     _routes(router, console)
     app.include_router(router)
-    app.mount("/console/static", static, name="console-static")
+    app.mount(PATH + "/static", static, name="console-static")
 
 
 def _routes(router: APIRouter, console: Console) -> None:
@@ -240,10 +247,10 @@ def _routes(router: APIRouter, console: Console) -> None:
         if operator is not None:
             return operator
         if console.cookies.session_token(request):
-            response = _redirect("/console/sign-in?notice=expired")
+            response = _redirect(request, "/sign-in?notice=expired")
             console.cookies.sign_out(request, response)
             return response
-        return _redirect("/console/sign-in")
+        return _redirect(request, "/sign-in")
 
     def refused(request: Request) -> HTMLResponse:
         return console.page(
@@ -264,8 +271,8 @@ def _routes(router: APIRouter, console: Console) -> None:
         )
 
     @router.get("")
-    async def root() -> Response:
-        return _redirect("/console/")
+    async def root(request: Request) -> Response:
+        return _redirect(request, "/")
 
     @router.get("/sign-in")
     async def sign_in_page(request: Request, notice: str = "") -> Response:
@@ -286,7 +293,7 @@ def _routes(router: APIRouter, console: Console) -> None:
                 request, "sign_in.html", status, operator=None, notice=None, error=str(exc)
             )
         await console.record(operator, ActionKind.SIGN_IN)
-        response = _redirect("/console/")
+        response = _redirect(request, "/")
         console.cookies.sign_in(request, response, operator)
         return response
 
@@ -298,7 +305,7 @@ def _routes(router: APIRouter, console: Console) -> None:
         operator = console.cookies.operator(request)
         if operator is not None:
             await console.record(operator, ActionKind.SIGN_OUT)
-        response = _redirect("/console/sign-in?notice=signed-out")
+        response = _redirect(request, "/sign-in?notice=signed-out")
         console.cookies.sign_out(request, response)
         return response
 
@@ -383,7 +390,7 @@ def _routes(router: APIRouter, console: Console) -> None:
             for p in detail.pending
         ]
         oldest = messages[0].seq if messages else None
-        here = _session_url(tenant, session_id)
+        here = console_root(request) + _session_url(tenant, session_id)
         return console.page(
             request,
             "session.html",
@@ -489,7 +496,7 @@ def _routes(router: APIRouter, console: Console) -> None:
                 request, operator, tenant, session_id, status=status_for(exc), error=str(exc)
             )
         await done("ok")
-        return _redirect(_session_url(tenant, session_id) + "?outcome=resumed")
+        return _redirect(request, _session_url(tenant, session_id) + "?outcome=resumed")
 
     @router.post("/tenants/{tenant}/sessions/{session_id}/abort")
     async def abort(request: Request, tenant: str, session_id: str) -> Response:
@@ -513,7 +520,7 @@ def _routes(router: APIRouter, console: Console) -> None:
             outcome="ok" if failure is None else type(failure).__name__,
         )
         if failure is None:
-            return _redirect(_session_url(tenant, session_id) + "?outcome=aborted")
+            return _redirect(request, _session_url(tenant, session_id) + "?outcome=aborted")
         return await session_page(
             request,
             operator,

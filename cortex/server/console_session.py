@@ -34,15 +34,24 @@ __all__ = [
     "COOKIE",
     "CSRF_COOKIE",
     "CSRF_FIELD",
+    "PATH",
     "NotAnOperator",
     "Operator",
     "SessionCookies",
+    "console_root",
 ]
 
 COOKIE: Final = "cortex_console"
 CSRF_COOKIE: Final = "cortex_console_csrf"
 CSRF_FIELD: Final = "csrf"
 PATH: Final = "/console"
+
+
+def console_root(request: Request) -> str:
+    """Where the console's pages are: ``/console`` beneath the prefix the app is served under."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + PATH
+
+
 # The prefix of both cookies' names when they are Secure: browsers accept such
 # a cookie only with the Secure flag, from a page served over TLS. Not
 # "__Host-": it requires Path=/, which would send the operator token with
@@ -109,6 +118,10 @@ class SessionCookies:
         """Whether cookies get the Secure flag: configured, or the request came over TLS."""
         return self._secure or request.url.scheme == "https"
 
+    def path(self, request: Request) -> str:
+        """The cookies' path: the console's, beneath the prefix the app is served under."""
+        return console_root(request)
+
     def _name(self, request: Request, name: str) -> str:
         return SECURE_PREFIX + name if self.secure(request) else name
 
@@ -132,7 +145,7 @@ class SessionCookies:
             self._name(request, COOKIE),
             operator.token,
             max_age=max(operator.expires - int(time.time()), 0),
-            path=PATH,
+            path=self.path(request),
             secure=self.secure(request),
             httponly=True,
             samesite="strict",
@@ -143,7 +156,7 @@ class SessionCookies:
         """Clear the session cookie; a fresh CSRF nonce."""
         response.delete_cookie(
             self._name(request, COOKIE),
-            path=PATH,
+            path=self.path(request),
             secure=self.secure(request),
             httponly=True,
             samesite="strict",
@@ -160,7 +173,7 @@ class SessionCookies:
         response.set_cookie(
             self._name(request, CSRF_COOKIE),
             nonce,
-            path=PATH,
+            path=self.path(request),
             secure=self.secure(request),
             httponly=True,
             samesite="strict",

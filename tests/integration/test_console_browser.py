@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -44,12 +45,21 @@ def _browser_or_skip() -> Any:
     return sync_playwright
 
 
+@pytest.fixture(scope="module", params=["", "/ops"], ids=["at the root", "mounted beneath /ops"])
+def prefix(request: pytest.FixtureRequest) -> str:
+    """Where a host serves cortex's app: at its root, or mounted beneath a path of its own."""
+    found: str = request.param
+    return found
+
+
 @pytest.fixture(scope="module")
-def page(database: Database) -> Iterator[Any]:
+def page(database: Database, prefix: str) -> Iterator[Any]:
     sync_playwright = _browser_or_skip()
-    with served(database) as base_url, sync_playwright() as p:
+    with served(database, prefix) as base_url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+        context = browser.new_context(
+            base_url=base_url + prefix + "/", viewport={"width": 1280, "height": 900}
+        )
         try:
             yield context.new_page()
         finally:
@@ -84,12 +94,14 @@ def _shot(page: Any, name: str) -> None:
 
 
 def test_an_operator_answers_aborts_and_signs_out(
-    page: Any, world: dict[str, str], database: Database
+    page: Any, world: dict[str, str], database: Database, prefix: str
 ) -> None:
     from playwright.sync_api import expect
 
     x = world["x"]
-    page.goto("/console/")
+    seen: list[tuple[str, int]] = []
+    page.on("response", lambda r: seen.append((urlsplit(r.url).path, r.status)))
+    page.goto("console/")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     page.get_by_label("Operator token").fill(token("*", subject="ada@ops"))
     page.get_by_label("Operator token").press("Enter")  # the keyboard signs in
@@ -144,17 +156,21 @@ def test_an_operator_answers_aborts_and_signs_out(
 
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("status")).to_contain_text("You are signed out")
-    page.goto("/console/")
+    page.goto("console/")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    # Every page, form, redirect and stylesheet stayed beneath the host's prefix.
+    assert all(path.startswith(prefix + "/console/") for path, _ in seen), seen
+    assert (prefix + "/console/static/console.css", 200) in seen
+    assert not [path for path, status in seen if status == 404]
 
 
 def test_host_html_is_text_and_no_script_runs(page: Any, world: dict[str, str]) -> None:
     from playwright.sync_api import expect
 
-    page.goto("/console/sign-in")
+    page.goto("console/sign-in")
     page.get_by_label("Operator token").fill(token(world["acme_tenant"]))
     page.get_by_role("button", name="Sign in").click()
-    page.goto(f"/console/?search={world['x']}")
+    page.goto(f"console/?search={world['x']}")
     expect(page.get_by_role("cell", name=f"{XSS} {world['x']}")).to_be_visible()
     page.get_by_role("link", name=world["xss"]).click()
     expect(page.locator(".asked")).to_have_text(XSS)
