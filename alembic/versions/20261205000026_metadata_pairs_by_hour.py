@@ -21,8 +21,9 @@ index (no update of a session is HOT). This revision adds:
   (``search_path = pg_catalog, pg_temp``, every object qualified), and
   three row triggers on ``sessions`` that keep the rows of a session with
   metadata: on insert, on delete, and on an update that moves
-  ``updated_at`` into another hour or changes the metadata. Every other
-  update (an append within the hour) tests the trigger's ``WHEN`` only.
+  ``updated_at`` into another hour or changes the metadata or the
+  session's key. Every other update (an append within the hour) tests the
+  trigger's ``WHEN`` only.
   The function runs as the table's owner, so the application role is
   granted ``SELECT`` only, and the table has row-level security enabled
   (the tenant policy) without FORCE: its owner writes it for whichever
@@ -83,10 +84,15 @@ _MATCH: Final = "tenant_id = current_setting('cortex.tenant', true)"
 _COLUMNS: Final = ("tenant_id text", "pair bigint", "hour bigint", "session_id uuid")
 
 FUNCTION: Final = "cortex_metadata_pairs_sync"
+# Made in this order, each in its own statement: until the insert trigger
+# exists no session has rows, so no write between two of them can leave one
+# behind. An update that changes a session's key moves its rows too.
 TRIGGERS: Final = {
-    "cortex_metadata_pairs_insert": "AFTER INSERT",
-    "cortex_metadata_pairs_update": "AFTER UPDATE OF updated_at, metadata, metadata_json",
     "cortex_metadata_pairs_delete": "AFTER DELETE",
+    "cortex_metadata_pairs_update": (
+        "AFTER UPDATE OF tenant_id, id, updated_at, metadata, metadata_json"
+    ),
+    "cortex_metadata_pairs_insert": "AFTER INSERT",
 }
 
 
@@ -106,7 +112,8 @@ _WHEN: Final = {
         f"({_has_metadata('OLD')} OR {_has_metadata('NEW')})"
         f" AND ({_hour('OLD.updated_at')} <> {_hour('NEW.updated_at')}"
         " OR (OLD.metadata_json)::text IS DISTINCT FROM (NEW.metadata_json)::text"
-        " OR OLD.metadata IS DISTINCT FROM NEW.metadata)"
+        " OR OLD.metadata IS DISTINCT FROM NEW.metadata"
+        " OR OLD.id <> NEW.id OR OLD.tenant_id <> NEW.tenant_id)"
     ),
     "cortex_metadata_pairs_delete": _has_metadata("OLD"),
 }
@@ -122,14 +129,26 @@ BEGIN
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $body$
+        DECLARE
+            old_pair bigint;
+            old_hour bigint;
         BEGIN
+            -- One probe of the whole key a pair: the routines' generic plans
+            -- reach this function, and there a pair array in one statement's
+            -- condition was a filter over the tenant's whole range of the key
+            -- (and, computed inline, every key hashed again for each row).
             IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
-                DELETE FROM %1$I.metadata_pairs AS m
-                WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
-                  AND m.pair OPERATOR(pg_catalog.=) ANY (
-                      %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata))
-                  AND m.hour OPERATOR(pg_catalog.=) {_hour("OLD.updated_at")}
-                  AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
+                old_hour := {_hour("OLD.updated_at")};
+                FOREACH old_pair IN ARRAY COALESCE(
+                    %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata),
+                    '{{}}'
+                ) LOOP
+                    DELETE FROM %1$I.metadata_pairs AS m
+                    WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
+                      AND m.pair OPERATOR(pg_catalog.=) old_pair
+                      AND m.hour OPERATOR(pg_catalog.=) old_hour
+                      AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
+                END LOOP;
             END IF;
             IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
                 INSERT INTO %1$I.metadata_pairs AS m (tenant_id, pair, hour, session_id)

@@ -287,8 +287,16 @@ def hour_of(moment: datetime) -> int:
 
 
 def hour_start(hour: int) -> datetime:
-    """The first instant of ``hour`` (the inverse of :func:`hour_of` on whole hours)."""
-    return _EPOCH + hour * METADATA_HOUR
+    """The first instant of ``hour`` (the inverse of :func:`hour_of` on whole hours).
+
+    Clamped to the datetimes Python holds: PostgreSQL's reach further (a
+    session updated in the year 20000), and an earlier window start only
+    admits more candidates, each checked exactly.
+    """
+    try:
+        return _EPOCH + hour * METADATA_HOUR
+    except OverflowError:
+        return datetime.max.replace(tzinfo=UTC) if hour > 0 else datetime.min.replace(tzinfo=UTC)
 
 
 # A window holding more than this many times the matches a page needs (and

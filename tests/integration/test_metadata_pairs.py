@@ -11,6 +11,7 @@ the same page computed from every row, whatever hours the matches lie in.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -261,3 +262,91 @@ async def test_a_tenant_never_reads_another_tenants_pairs(
             )
             == 0
         )
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(_nodes(child))
+    return found
+
+
+async def test_a_new_hour_finds_the_old_rows_by_their_key(
+    store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection
+) -> None:
+    """The update trigger's DELETE probes the key for each pair under a generic plan too.
+
+    The routines run with ``plan_cache_mode = force_generic_plan``, which
+    reaches the trigger. There a pair array in the condition was a filter
+    over the tenant's whole range of the key, and, computed inline, hashed
+    every key again for each row (3,845 keys: 18 s for the first append of
+    an hour).
+    """
+    with use_scope(f"{tenant}/wide"):
+        session = await store.create_session("bot", metadata={f"k{i}": i for i in range(50)})
+    notes: list[str] = []
+
+    def heard(_conn: Any, message: Any) -> None:
+        notes.append(message.message)
+
+    owner_conn.add_log_listener(heard)
+    try:
+        await owner_conn.execute("LOAD 'auto_explain'")
+        async with owner_conn.transaction():
+            for setting in (
+                "plan_cache_mode = force_generic_plan",
+                "auto_explain.log_min_duration = 0",
+                "auto_explain.log_nested_statements = on",
+                "auto_explain.log_format = 'json'",
+                "auto_explain.log_level = 'notice'",
+            ):
+                await owner_conn.execute(f"SET LOCAL {setting}")
+            await owner_conn.execute(
+                "UPDATE sessions SET updated_at = updated_at + interval '2 hours'"
+                " WHERE tenant_id = $1 AND id = $2",
+                tenant,
+                parse_session_id(session.id),
+            )
+    finally:
+        owner_conn.remove_log_listener(heard)
+    plans = [json.loads(note.split("plan:", 1)[1]) for note in notes if "plan:" in note]
+    deletes = [
+        p["Plan"]
+        for p in plans
+        if p["Query Text"].lstrip().startswith("DELETE") and "metadata_pairs" in p["Query Text"]
+    ]
+    assert deletes, [p["Query Text"] for p in plans]
+    scans = [
+        node for plan in deletes for node in _nodes(plan) if node["Node Type"].endswith("Scan")
+    ]
+    # Every column of the key in the scan's condition: one probe a pair, no range read.
+    assert scans, deletes
+    for scan in scans:
+        assert "Seq" not in scan["Node Type"], json.dumps(scan)
+        assert "Filter" not in scan, json.dumps(scan)
+        cond = str(scan.get("Index Cond", scan.get("Recheck Cond", "")))
+        columns = ("tenant_id", "pair", "hour", "session_id")
+        assert all(f"{column} = " in cond for column in columns), json.dumps(scan)
+    hour = await _hour(owner_conn, tenant, session.id)
+    assert await _pairs(owner_conn, tenant, session.id) == [(hour, 50)]
+
+
+async def test_a_changed_session_id_moves_its_rows(
+    store: cortex.Store, tenant: str, app_conn: asyncpg.Connection, owner_conn: asyncpg.Connection
+) -> None:
+    """Raw SQL as the application role changing a session's id leaves no row behind."""
+    with use_scope(f"{tenant}/moved"):
+        session = await store.create_session("bot", metadata={"channel": "web", "n": 1})
+    old, new = parse_session_id(session.id), uuid.uuid4()
+    async with app_conn.transaction():
+        await app_conn.execute(f"SET LOCAL cortex.tenant = '{tenant}'")
+        await app_conn.execute(
+            "UPDATE sessions SET id = $3 WHERE tenant_id = $1 AND id = $2", tenant, old, new
+        )
+    rows = await owner_conn.fetch(
+        "SELECT session_id, count(*) AS n FROM metadata_pairs WHERE tenant_id = $1"
+        " AND session_id = ANY($2::uuid[]) GROUP BY session_id",
+        tenant,
+        [old, new],
+    )
+    assert {(r["session_id"], r["n"]) for r in rows} == {(new, 2)}

@@ -162,3 +162,16 @@ def test_no_metadata_or_time_filter_is_the_unfiltered_shape() -> None:
     scope = Scope.parse("acme/x")
     assert filter_shape(scope, ListFilter(metadata={})) == filter_shape(scope, ListFilter())
     assert filter_shape(scope, ListFilter(metadata=None)) == filter_shape(scope, ListFilter())
+
+
+def test_an_hour_beyond_pythons_datetimes_is_clamped() -> None:
+    """PostgreSQL holds times to the year 294276; a window's start past Python's is its latest."""
+    from datetime import UTC, datetime
+
+    from cortex._sql.predicates import hour_of, hour_start
+
+    now = datetime(2026, 12, 2, 17, 30, tzinfo=UTC)
+    assert hour_start(hour_of(now)) == datetime(2026, 12, 2, 17, tzinfo=UTC)
+    year_20000 = (20000 - 1970) * 8766
+    assert hour_start(year_20000) == datetime.max.replace(tzinfo=UTC)
+    assert hour_start(-year_20000) == datetime.min.replace(tzinfo=UTC)

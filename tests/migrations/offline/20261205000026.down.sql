@@ -64,9 +64,9 @@ DO $ddl$
 BEGIN
     IF EXISTS (
         SELECT FROM pg_catalog.pg_trigger
-        WHERE tgname = 'cortex_metadata_pairs_insert' AND tgrelid = pg_catalog.to_regclass('sessions')
+        WHERE tgname = 'cortex_metadata_pairs_delete' AND tgrelid = pg_catalog.to_regclass('sessions')
     ) THEN
-        DROP TRIGGER cortex_metadata_pairs_insert ON sessions;
+        DROP TRIGGER cortex_metadata_pairs_delete ON sessions;
     END IF;
 END
 $ddl$;
@@ -86,9 +86,9 @@ DO $ddl$
 BEGIN
     IF EXISTS (
         SELECT FROM pg_catalog.pg_trigger
-        WHERE tgname = 'cortex_metadata_pairs_delete' AND tgrelid = pg_catalog.to_regclass('sessions')
+        WHERE tgname = 'cortex_metadata_pairs_insert' AND tgrelid = pg_catalog.to_regclass('sessions')
     ) THEN
-        DROP TRIGGER cortex_metadata_pairs_delete ON sessions;
+        DROP TRIGGER cortex_metadata_pairs_insert ON sessions;
     END IF;
 END
 $ddl$;

@@ -167,14 +167,26 @@ BEGIN
         LANGUAGE plpgsql SECURITY DEFINER
         SET search_path = pg_catalog, pg_temp
         AS $body$
+        DECLARE
+            old_pair bigint;
+            old_hour bigint;
         BEGIN
+            -- One probe of the whole key a pair: the routines' generic plans
+            -- reach this function, and there a pair array in one statement's
+            -- condition was a filter over the tenant's whole range of the key
+            -- (and, computed inline, every key hashed again for each row).
             IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
-                DELETE FROM %1$I.metadata_pairs AS m
-                WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
-                  AND m.pair OPERATOR(pg_catalog.=) ANY (
-                      %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata))
-                  AND m.hour OPERATOR(pg_catalog.=) (pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint
-                  AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
+                old_hour := (pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint;
+                FOREACH old_pair IN ARRAY COALESCE(
+                    %1$I.cortex_metadata_pairs(OLD.tenant_id, OLD.metadata_json, OLD.metadata),
+                    '{}'
+                ) LOOP
+                    DELETE FROM %1$I.metadata_pairs AS m
+                    WHERE m.tenant_id OPERATOR(pg_catalog.=) OLD.tenant_id
+                      AND m.pair OPERATOR(pg_catalog.=) old_pair
+                      AND m.hour OPERATOR(pg_catalog.=) old_hour
+                      AND m.session_id OPERATOR(pg_catalog.=) OLD.id;
+                END LOOP;
             END IF;
             IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
                 INSERT INTO %1$I.metadata_pairs AS m (tenant_id, pair, hour, session_id)
@@ -276,9 +288,9 @@ BEGIN
         END IF;
     END IF;
 
-    DROP TRIGGER IF EXISTS cortex_metadata_pairs_insert ON sessions;
-    CREATE TRIGGER cortex_metadata_pairs_insert AFTER INSERT ON sessions FOR EACH ROW
-        WHEN (COALESCE((NEW.metadata_json)::text, (NEW.metadata)::text) <> '{}'::text)
+    DROP TRIGGER IF EXISTS cortex_metadata_pairs_delete ON sessions;
+    CREATE TRIGGER cortex_metadata_pairs_delete AFTER DELETE ON sessions FOR EACH ROW
+        WHEN (COALESCE((OLD.metadata_json)::text, (OLD.metadata)::text) <> '{}'::text)
         EXECUTE FUNCTION cortex_metadata_pairs_sync();
 END
 $ddl$;
@@ -295,8 +307,8 @@ BEGIN
     END IF;
 
     DROP TRIGGER IF EXISTS cortex_metadata_pairs_update ON sessions;
-    CREATE TRIGGER cortex_metadata_pairs_update AFTER UPDATE OF updated_at, metadata, metadata_json ON sessions FOR EACH ROW
-        WHEN ((COALESCE((OLD.metadata_json)::text, (OLD.metadata)::text) <> '{}'::text OR COALESCE((NEW.metadata_json)::text, (NEW.metadata)::text) <> '{}'::text) AND ((pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint <> (pg_catalog.floor(EXTRACT(epoch FROM NEW.updated_at) / 3600))::bigint OR (OLD.metadata_json)::text IS DISTINCT FROM (NEW.metadata_json)::text OR OLD.metadata IS DISTINCT FROM NEW.metadata))
+    CREATE TRIGGER cortex_metadata_pairs_update AFTER UPDATE OF tenant_id, id, updated_at, metadata, metadata_json ON sessions FOR EACH ROW
+        WHEN ((COALESCE((OLD.metadata_json)::text, (OLD.metadata)::text) <> '{}'::text OR COALESCE((NEW.metadata_json)::text, (NEW.metadata)::text) <> '{}'::text) AND ((pg_catalog.floor(EXTRACT(epoch FROM OLD.updated_at) / 3600))::bigint <> (pg_catalog.floor(EXTRACT(epoch FROM NEW.updated_at) / 3600))::bigint OR (OLD.metadata_json)::text IS DISTINCT FROM (NEW.metadata_json)::text OR OLD.metadata IS DISTINCT FROM NEW.metadata OR OLD.id <> NEW.id OR OLD.tenant_id <> NEW.tenant_id))
         EXECUTE FUNCTION cortex_metadata_pairs_sync();
 END
 $ddl$;
@@ -312,9 +324,9 @@ BEGIN
         END IF;
     END IF;
 
-    DROP TRIGGER IF EXISTS cortex_metadata_pairs_delete ON sessions;
-    CREATE TRIGGER cortex_metadata_pairs_delete AFTER DELETE ON sessions FOR EACH ROW
-        WHEN (COALESCE((OLD.metadata_json)::text, (OLD.metadata)::text) <> '{}'::text)
+    DROP TRIGGER IF EXISTS cortex_metadata_pairs_insert ON sessions;
+    CREATE TRIGGER cortex_metadata_pairs_insert AFTER INSERT ON sessions FOR EACH ROW
+        WHEN (COALESCE((NEW.metadata_json)::text, (NEW.metadata)::text) <> '{}'::text)
         EXECUTE FUNCTION cortex_metadata_pairs_sync();
 END
 $ddl$;
