@@ -39,9 +39,10 @@ from cortex._sql.params import (
     row_name,
 )
 from cortex._sql.predicates import cursor_params, depth_class, scope_params
+from cortex._validate import encode_json
 from cortex.errors import Conflict, InvalidInput, constraint_of
 from cortex.ids import MESSAGE_PREFIX, SESSION_PREFIX, format_id, parse_id
-from cortex.models import ImportReport
+from cortex.models import MAX_JSON_BYTES, ImportReport
 from cortex.scope import MAX_DEPTH, Scope
 
 __all__ = [
@@ -564,7 +565,29 @@ def _row(
     if kind == "marker" and row["kind"] not in ("aborted", "interrupted"):
         raise InvalidInput(f"{where}: kind must be 'aborted' or 'interrupted'")
     _check_schemas(kind, row, where)
+    _check_metadata(kind, row, where)
     return row
+
+
+def _check_metadata(kind: str, row: Mapping[str, Any], where: str) -> None:
+    """Refuse metadata that create_session or an append would refuse: an object of at most 64 KiB.
+
+    Each top-level key of a session's metadata is a row of ``metadata_pairs``
+    that every write of the session's hour rewrites: the limit bounds them.
+    """
+    if kind not in ("session", "message"):
+        return
+    for name in ("metadata", "metadata_json"):
+        text = row.get(name)
+        if text is None:
+            continue
+        value = _json_value(text, f"{where}: {name}")
+        if type(value) is not dict:
+            raise InvalidInput(f"{where}: {name} must be a JSON object")
+        try:
+            encode_json(value, MAX_JSON_BYTES)
+        except ValueError as exc:
+            raise InvalidInput(f"{where}: {name}: {exc}") from None
 
 
 # Columns derived from a session's scope, written as create_session writes them.

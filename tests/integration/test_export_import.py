@@ -219,6 +219,13 @@ def _pends(records: list[dict[str, Any]], schema: Any) -> None:
     pending["response_schema"] = pending["response_schema_json"] = json.dumps(schema)
 
 
+def _session_metadata(records: list[dict[str, Any]], text: str) -> None:
+    _first(records, "session").update(metadata=text, metadata_json=text)
+
+
+# create_session refuses metadata over 64 KiB (a row of metadata_pairs per key).
+_WIDE = json.dumps({f"k{i}": i for i in range(9_999)}, separators=(",", ":"))
+
 BREAKS: list[tuple[str, Any]] = [
     ("no header", lambda r: r.pop(0)),
     ("no end", lambda r: r.pop()),
@@ -244,6 +251,11 @@ BREAKS: list[tuple[str, Any]] = [
     ("not a record", lambda r: r.insert(1, ["session"])),
     ("bool as int", lambda r: _first(r, "session").update(message_count=True)),
     ("JSON text too deep", lambda r: _first(r, "message").update(metadata="[" * 5000 + "]" * 5000)),
+    ("metadata over 64 KiB", lambda r: _session_metadata(r, _WIDE)),
+    ("metadata a list", lambda r: _session_metadata(r, "[1, 2]")),
+    ("metadata a string", lambda r: _first(r, "session").update(metadata_json='"s"')),
+    ("message metadata null", lambda r: _first(r, "message").update(metadata="null")),
+    ("metadata NaN", lambda r: _first(r, "message").update(metadata='{"n": NaN}')),
     # An append refuses these response schemas (RequestedInput): an import does too.
     ("remote $ref asked", lambda r: _asks(r, _REMOTE)),
     ("schema not an object", lambda r: _asks(r, ["type", "object"])),
