@@ -384,26 +384,28 @@ def draw(report: dict[str, Any], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = report["results"]
-    names = [line["name"].replace("no ", "no\n", 1) for line in lines]
+    # Horizontal bars, first variant on top: nine names side by side overlapped.
+    lines = list(reversed(report["results"]))
+    names = [line["name"] for line in lines]
     cpu = [line["summary"].get("cortex_cpu_us", 0.0) for line in lines]
-    fig, ax = plt.subplots(figsize=(10, 4.2))
-    bars = ax.bar(range(len(lines)), cpu, color="#2a9d8f")
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(lines) + 1.4))
+    bars = ax.barh(range(len(lines)), cpu, color="#2a9d8f")
     floor = [line["summary"].get("physical_cpu_us") for line in lines]
     known = [f for f in floor if f is not None]
     if known:
-        ax.axhline(statistics.median(known), color="#e76f51", ls="--", label="physical floor")
+        ax.axvline(statistics.median(known), color="#e76f51", ls="--", label="physical floor")
         ax.legend(fontsize=8, loc="lower right")
     for bar, line in zip(bars, lines, strict=True):
         ax.annotate(
-            f"{line['summary']['ratio']:.2f} of the floor",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
+            f" {line['summary']['ratio']:.2f} of the floor",
+            (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+            ha="left",
+            va="center",
             fontsize=8,
         )
-    ax.set_xticks(range(len(lines)), names, fontsize=8)
-    ax.set_ylabel("machine CPU µs per append")
+    ax.set_yticks(range(len(lines)), names, fontsize=8)
+    ax.set_xlim(0, max(cpu, default=1) * 1.25)
+    ax.set_xlabel("machine CPU µs per append")
     ax.set_title(
         f"What each promise's indexes cost an append (8 tasks, own sessions),"
         f" PostgreSQL {report['postgres_version'].split()[0]}, {report['cpus']} CPUs",
