@@ -618,11 +618,12 @@ class ListFilter(_Model):
     InvalidInput). A window whose after is not before its before (``after
     >= before``) is allowed and matches nothing. ``updated_*`` bounds narrow
     the listing's index walk; ``created_*`` bounds are checked on each row
-    the walk reads. Across a tenant or a depth-2 subtree a ``metadata``
-    filter reads its candidates from ``metadata_pairs`` first, newest hours
-    first, as many hours as hold a page (revision 20261205000026; the exact
-    check still runs on each); a value common in those hours, and any
-    filter on Citus, is checked on each row the walk reads.
+    the walk reads. Across a whole tenant a ``metadata`` filter reads its
+    candidates from ``metadata_pairs`` first, newest hours first, as many
+    hours as hold a page (revision 20261205000026; the exact check still
+    runs on each); a value common in those hours, a filter in a scope below
+    the tenant, and any filter on Citus, is checked on each row the walk
+    reads.
     """
 
     agent_id: AgentId | None = None
