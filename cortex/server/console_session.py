@@ -22,6 +22,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -48,8 +49,14 @@ PATH: Final = "/console"
 
 
 def console_root(request: Request) -> str:
-    """Where the console's pages are: ``/console`` beneath the prefix the app is served under."""
-    return str(request.scope.get("root_path", "")).rstrip("/") + PATH
+    """Where the console's pages are: ``/console`` beneath the prefix the app is served under.
+
+    The prefix percent-encoded: a host's ``Mount("/{org}", ...)`` puts a
+    decoded segment of the request's path there, and a ``;`` in a cookie's
+    path would add attributes of the client's choosing.
+    """
+    prefix = str(request.scope.get("root_path", "")).rstrip("/")
+    return quote(prefix, safe="/") + PATH
 
 
 # The prefix of both cookies' names when they are Secure: browsers accept such

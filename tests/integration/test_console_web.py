@@ -18,9 +18,20 @@ import httpx
 import pytest
 
 from cortex.cli import main
+from cortex.server import create_app
 from tests.conftest import Database
-from tests.console_web import csrf_of, paused, served, signed_in, token
+from tests.console_web import (
+    KEY,
+    console_login,
+    csrf_of,
+    mounted,
+    paused,
+    served,
+    signed_in,
+    token,
+)
 from tests.console_web import session_state as state
+from tests.serving import running
 
 pytestmark = pytest.mark.anyio
 
@@ -276,3 +287,20 @@ async def test_over_tls_the_cookies_are_secure_prefixed(database: Database) -> N
             "/console/sign-in", data={"csrf": csrf_of(page.text), "token": token("acme")}
         )
     assert refused.status_code == 403
+
+
+def test_a_prefix_from_the_request_path_adds_no_cookie_attribute(database: Database) -> None:
+    """A host mounting cortex at ``/{org}``: the segment is quoted in links and the cookies' path."""
+    with console_login(database) as login:
+        app = create_app(database.app_url, signing_key=KEY, console_url=login)
+        with running(mounted(app, "/{org}")) as base, httpx.Client(base_url=base) as client:
+            page = client.get("/acme;Max-Age=1;Domain=example.com/console/sign-in")
+    assert page.status_code == 200, page.text
+    cookies = page.headers.get_list("set-cookie")
+    assert cookies
+    for cookie in cookies:
+        attributes = [part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]]
+        assert "max-age" not in attributes, cookie
+        assert "domain" not in attributes, cookie
+        assert "Path=/acme%3BMax-Age%3D1%3BDomain%3Dexample.com/console" in cookie, cookie
+    assert 'action="/acme%3BMax-Age%3D1%3BDomain%3Dexample.com/console/sign-in"' in page.text
