@@ -16,6 +16,7 @@ import asyncio
 import binascii
 import contextlib
 import json
+import math
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -574,6 +575,8 @@ def _check_metadata(kind: str, row: Mapping[str, Any], where: str) -> None:
 
     Each top-level key of a session's metadata is a row of ``metadata_pairs``
     that every write of the session's hour rewrites: the limit bounds them.
+    Numbers are measured in their shortest form: PostgreSQL prints a jsonb
+    ``1e300`` as 301 digits, which no caller wrote.
     """
     if kind not in ("session", "message"):
         return
@@ -581,13 +584,24 @@ def _check_metadata(kind: str, row: Mapping[str, Any], where: str) -> None:
         text = row.get(name)
         if text is None:
             continue
-        value = _json_value(text, f"{where}: {name}")
+        try:
+            value = json.loads(text, parse_int=_shortest_int)
+        except (ValueError, RecursionError):
+            value = _json_value(text, f"{where}: {name}")  # says which
         if type(value) is not dict:
             raise InvalidInput(f"{where}: {name} must be a JSON object")
         try:
             encode_json(value, MAX_JSON_BYTES)
         except ValueError as exc:
             raise InvalidInput(f"{where}: {name}: {exc}") from None
+
+
+def _shortest_int(digits: str) -> int | float:
+    """An integer as :func:`_check_metadata` measures it: a long one as the float it spells."""
+    if len(digits) <= 17:
+        return int(digits)
+    number = float(digits)
+    return number if math.isfinite(number) else int(digits)
 
 
 # Columns derived from a session's scope, written as create_session writes them.

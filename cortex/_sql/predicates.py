@@ -279,6 +279,7 @@ METADATA_COUNT_CANDIDATES: Final = 100_000
 # The width of a metadata_pairs row's hour, as metadata_pairs.hour counts it.
 METADATA_HOUR: Final = timedelta(hours=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_LAST_DAY: Final = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 def hour_of(moment: datetime) -> int:
@@ -289,14 +290,16 @@ def hour_of(moment: datetime) -> int:
 def hour_start(hour: int) -> datetime:
     """The first instant of ``hour`` (the inverse of :func:`hour_of` on whole hours).
 
-    Clamped to the datetimes Python holds: PostgreSQL's reach further (a
-    session updated in the year 20000), and an earlier window start only
-    admits more candidates, each checked exactly.
+    PostgreSQL's times reach further than Python's (a session updated in
+    the year 20000, by raw SQL). Past the last year Python holds, the start
+    of that year's last day: a window's start only bounds it from below, and
+    an earlier one admits more candidates, each checked exactly. Not
+    ``datetime.max``, which asyncpg sends as ``infinity``.
     """
     try:
         return _EPOCH + hour * METADATA_HOUR
     except OverflowError:
-        return datetime.max.replace(tzinfo=UTC) if hour > 0 else datetime.min.replace(tzinfo=UTC)
+        return _LAST_DAY if hour > 0 else datetime.min.replace(tzinfo=UTC)
 
 
 # A window holding more than this many times the matches a page needs (and

@@ -265,6 +265,35 @@ BREAKS: list[tuple[str, Any]] = [
 
 
 @pytest.mark.anyio
+async def test_metadata_near_the_limit_imports_as_exported(
+    store: cortex.Store, tenant: str
+) -> None:
+    """Numbers jsonb prints in full (1e300 as 301 digits) count as the caller wrote them."""
+    root = f"{tenant}/big"
+    huge = {f"k{i}": 1e300 for i in range(250)}  # 3,391 bytes written; 77,141 printed by jsonb
+    wide = {f"k{i}": 10**40 + i for i in range(1_200)}  # about 62 KiB
+    with use_scope(root):
+        made = [
+            await store.create_session("bot", metadata=huge),
+            await store.create_session("bot", metadata=wide),
+        ]
+        records = await _export(store)
+        await store.erase_scope()
+        await store.import_scope(records)
+        assert [(await store.get_session(s.id)).metadata for s in made] == [huge, wide]
+        # Rows a release before 20261201000009 wrote hold the jsonb form only,
+        # which PostgreSQL prints with every digit.
+        for record in records:
+            if record["type"] == "session":
+                printed = {
+                    key: int(value) for key, value in json.loads(record["metadata_json"]).items()
+                }
+                record["metadata"], record["metadata_json"] = json.dumps(printed), None
+        await store.erase_scope()
+        assert (await store.import_scope(records)).sessions == 2
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(("label", "change"), BREAKS, ids=[name for name, _ in BREAKS])
 async def test_a_malformed_export_is_refused_and_nothing_is_written(
     store: cortex.Store, tenant: str, owner_conn: asyncpg.Connection, label: str, change: Any

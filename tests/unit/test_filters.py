@@ -165,7 +165,11 @@ def test_no_metadata_or_time_filter_is_the_unfiltered_shape() -> None:
 
 
 def test_an_hour_beyond_pythons_datetimes_is_clamped() -> None:
-    """PostgreSQL holds times to the year 294276; a window's start past Python's is its latest."""
+    """PostgreSQL holds times to the year 294276: past Python's, a window starts at its last day.
+
+    A finite time below the hour, not ``datetime.max``: asyncpg sends that as
+    ``infinity``, a start no row passes.
+    """
     from datetime import UTC, datetime
 
     from cortex._sql.predicates import hour_of, hour_start
@@ -173,5 +177,5 @@ def test_an_hour_beyond_pythons_datetimes_is_clamped() -> None:
     now = datetime(2026, 12, 2, 17, 30, tzinfo=UTC)
     assert hour_start(hour_of(now)) == datetime(2026, 12, 2, 17, tzinfo=UTC)
     year_20000 = (20000 - 1970) * 8766
-    assert hour_start(year_20000) == datetime.max.replace(tzinfo=UTC)
+    assert hour_start(year_20000) == datetime(9999, 12, 31, tzinfo=UTC)
     assert hour_start(-year_20000) == datetime.min.replace(tzinfo=UTC)
