@@ -180,7 +180,8 @@ def _fastapi_telemetry_off() -> dict[str, Any]:
     """FastAPI's own request telemetry turned off, where its release has any (0.165 and later).
 
     It traces every request whenever a global provider is set: beside
-    cortex's span, each request would be two, and ``telemetry=False`` none.
+    cortex's span each request would be two spans, and one even with
+    ``telemetry=False``.
     """
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
